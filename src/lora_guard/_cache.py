@@ -1,0 +1,206 @@
+"""Cache keys that cannot collide: `GuardedCache`, `guard_cache_lookup`, `weight_cache_key`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from typing import Any, Literal, TypeVar, cast
+
+import wrapt
+
+from ._arguments import ArgSelector, selector
+from ._checks import check_cache_entry, dtype_name, shape_of
+from ._config import STATE, report
+
+__all__ = ["GuardedCache", "guard_cache_lookup", "weight_cache_key"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+OnCollision = Literal["raise", "evict"]
+
+
+def _check_on_collision(value: object, where: str) -> OnCollision:
+    if value not in ("raise", "evict"):
+        raise ValueError(
+            f"{where}(on_collision=...) must be 'raise' (refuse the stale entry with LG003) or "
+            f"'evict' (replace it with the new weight), got {value!r}"
+        )
+    return cast(OnCollision, value)
+
+
+class GuardedCache(wrapt.ObjectProxy):  # type: ignore[misc]
+    """A transparent proxy over a weight cache that refuses a key collision (LG003).
+
+    The code that holds the dict keeps using it as a dict (``isinstance(cache, dict)`` holds);
+    storing a tensor under a key that holds one of another shape or dtype raises LG003 before
+    anything is stored, or with ``on_collision="evict"`` replaces the stale entry.
+
+    Example:
+        >>> import lora_guard as lg, torch
+        >>> store = lg.GuardedCache({})
+        >>> store["q_proj.lora_A#tp0"] = torch.empty(16, 64)
+        >>> store["q_proj.lora_A#tp0"] = torch.empty(8, 64)
+        Traceback (most recent call last):
+        ...
+        lora_guard.CacheKeyCollisionError: LG003 cache-key-collision: cache key 'q_proj.lora_A#tp0' holds a tensor of shape (16, 64) ...
+        >>> store["q_proj.lora_A#tp0"].shape
+        torch.Size([16, 64])
+    """
+
+    def __init__(
+        self, store: MutableMapping[Any, Any], *, on_collision: OnCollision = "raise"
+    ) -> None:
+        if not (hasattr(store, "__setitem__") and hasattr(store, "get")):
+            raise TypeError(
+                "lora_guard.GuardedCache wraps a mutable mapping (a dict of key -> tensor), "
+                f"got {type(store).__name__}"
+            )
+        super().__init__(store)
+        self._self_on_collision = _check_on_collision(on_collision, "lora_guard.GuardedCache")
+
+    @property
+    def on_collision(self) -> OnCollision:
+        """``"raise"`` or ``"evict"``."""
+        return cast(OnCollision, self._self_on_collision)
+
+    # Hot methods are defined here rather than delegated: a proxy attribute lookup costs
+    # several times a direct call.
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self.__wrapped__.get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.__wrapped__[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.__wrapped__
+
+    def _admit(self, key: Any, value: Any) -> None:
+        store = self.__wrapped__
+        cached = store.get(key)
+        if cached is None or cached is value or STATE.off:
+            return
+        violation = check_cache_entry(key, cached, value)
+        if violation is not None and self._self_on_collision == "raise":
+            report([violation])
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._admit(key, value)
+        self.__wrapped__[key] = value
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        store = self.__wrapped__
+        cached = store.get(key)
+        if cached is None:
+            return store.setdefault(key, default)
+        violation = None if STATE.off else check_cache_entry(key, cached, default)
+        if violation is not None:
+            if self._self_on_collision == "raise":
+                report([violation])
+                return cached
+            store[key] = default
+            return default
+        return cached
+
+    def update(self, other: Mapping[Any, Any] | Iterable[tuple[Any, Any]] = (), /,
+               **kwargs: Any) -> None:
+        items = list(other.items() if isinstance(other, Mapping) else other) + list(
+            kwargs.items())
+        for key, value in items:  # all or nothing: check every entry before storing any
+            self._admit(key, value)
+        for key, value in items:
+            self.__wrapped__[key] = value
+
+    def __repr__(self) -> str:
+        return f"GuardedCache({self.__wrapped__!r}, on_collision={self._self_on_collision!r})"
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (type(self), (self.__wrapped__,), {"_self_on_collision": self._self_on_collision})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._self_on_collision = state["_self_on_collision"]
+
+
+def guard_cache_lookup(
+    *,
+    store: ArgSelector,
+    key: ArgSelector,
+    weight: ArgSelector,
+    on_collision: OnCollision = "raise",
+) -> Callable[[F], F]:
+    """Guard a get-or-create weight lookup: a hit of another shape or dtype is caught first.
+
+    ``store``, ``key`` and ``weight`` each name an argument of the wrapped function (or are
+    callables over its bound arguments). Before the body runs, the entry under ``key`` is
+    compared with ``weight``: a mismatch raises LG003, or with ``on_collision="evict"`` is
+    dropped so the body creates a fresh entry.
+
+    Example:
+        >>> import lora_guard as lg, torch
+        >>> @lg.guard_cache_lookup(store="pinned_weight_store", key="cache_key",
+        ...                        weight="weight")
+        ... def get_cached(pinned_weight_store, cache_key, weight):
+        ...     return pinned_weight_store.setdefault(cache_key, weight)
+        >>> store = {}
+        >>> get_cached(store, "layers.0.q_proj.lora_A", torch.empty(16, 64)).shape
+        torch.Size([16, 64])
+        >>> get_cached(store, "layers.0.q_proj.lora_A", torch.empty(8, 64))
+        Traceback (most recent call last):
+        ...
+        lora_guard.CacheKeyCollisionError: LG003 cache-key-collision: cache key 'layers.0.q_proj.lora_A' holds a tensor of shape (16, 64) ...
+    """
+    mode = _check_on_collision(on_collision, "lora_guard.guard_cache_lookup")
+    name = "lora_guard.guard_cache_lookup"
+
+    def decorate(fn: F) -> F:
+        if STATE.off:
+            return fn
+        get_store = selector(fn, "store", store, decorator=name)
+        get_key = selector(fn, "key", key, decorator=name)
+        get_weight = selector(fn, "weight", weight, decorator=name)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if STATE.off:
+                return fn(*args, **kwargs)
+            cache = get_store(args, kwargs)
+            if cache is not None:
+                cache_key = get_key(args, kwargs)
+                cached = cache.get(cache_key)
+                if cached is not None:
+                    violation = check_cache_entry(cache_key, cached, get_weight(args, kwargs))
+                    if violation is not None:
+                        if mode == "evict":
+                            cache.pop(cache_key, None)
+                        else:
+                            report([violation])
+            return fn(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+    return decorate
+
+
+def weight_cache_key(*parts: str | int, weight: Any) -> str:
+    """A cache key that includes the weight's shape and dtype, so distinct weights cannot
+    collide.
+
+    Example:
+        >>> import lora_guard as lg, torch
+        >>> lg.weight_cache_key("layers.0.qkv_proj.lora_A", "tp0",
+        ...                     weight=torch.empty(48, 64, dtype=torch.bfloat16))
+        'layers.0.qkv_proj.lora_A#tp0[48x64:bfloat16]'
+    """
+    if not parts:
+        raise TypeError("lora_guard.weight_cache_key needs at least one part, e.g. the weight name")
+    for part in parts:
+        if not isinstance(part, (str, int)) or isinstance(part, bool):
+            raise TypeError(
+                f"lora_guard.weight_cache_key parts are strings or ints, got {part!r}; "
+                "pass the weight itself as weight=..."
+            )
+    shape, dtype = shape_of(weight), dtype_name(weight)
+    if shape is None or dtype is None or not hasattr(weight, "dtype"):
+        raise TypeError(
+            "lora_guard.weight_cache_key(weight=...) needs a tensor (or anything with .shape "
+            f"and .dtype), got {type(weight).__name__}"
+        )
+    return f"{'#'.join(map(str, parts))}[{'x'.join(map(str, shape))}:{dtype}]"

@@ -1,0 +1,686 @@
+"""The one catalogue of invariants.
+
+Every fact about an invariant lives in its entry here: code, slug, the error class that raises
+it, its message templates, its hint (the first fix), the docs' sections and `lora-guard
+explain`. Nothing else in the package spells a message or a hint.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["INVARIANTS", "Invariant"]
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """One invariant of LoRA serving, as the catalogue `lora_guard.INVARIANTS` holds it.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> inv = lg.INVARIANTS["LG001"]
+        >>> inv.slug
+        'pool-shape-drift'
+        >>> inv.hint == inv.fixes[0]
+        True
+    """
+
+    code: str
+    """Stable code, ``LG`` and three digits; never renumbered."""
+    slug: str
+    """Short kebab-case name, also ``error.invariant``."""
+    title: str
+    """One line for tables and summaries."""
+    summary: str
+    """What the invariant guards and why breaking it hurts."""
+    triggers: tuple[str, ...]
+    """The calls or inputs that break it."""
+    fixes: tuple[str, ...]
+    """Ways to fix it, the most common first; ``fixes[0]`` is the hint."""
+    error: str
+    """Name of the exception class that raises it."""
+    messages: Mapping[str, str]
+    """Message templates by variant, formatted with ``subject`` and the violation's details."""
+    situations: tuple[str, ...] = ()
+    """Situations in the field that usually lead to it."""
+    example: str = ""
+    """A before/after fix, as code."""
+    raised_by: tuple[str, ...] = ()
+    """The guards, checks and integrations that report it."""
+    docs: str = field(default="")
+    """Anchor of its section in the invariants reference."""
+
+    @property
+    def hint(self) -> str:
+        """The first fix, one line."""
+        return self.fixes[0]
+
+
+def _entry(**kwargs: object) -> Invariant:
+    code = str(kwargs["code"])
+    kwargs.setdefault("docs", f"reference/invariants.md#{code.lower()}")
+    messages = kwargs["messages"]
+    assert isinstance(messages, dict)
+    kwargs["messages"] = types.MappingProxyType(messages)
+    return Invariant(**kwargs)  # type: ignore[arg-type]
+
+
+_ENTRIES = (
+    _entry(
+        code="LG001",
+        slug="pool-shape-drift",
+        title="A pool dimension frozen at first allocation changed",
+        summary=(
+            "A LoRA pool allocates its buffers (slots, max rank, experts, inner dims) on the "
+            "first call and serves every later batch from them. A later call that brings "
+            "another size would have the server reallocate or mis-index buffers under "
+            "in-flight batches, so the call is refused before it mutates anything."
+        ),
+        triggers=(
+            "A `@lg.shapes(..., frozen=...)` method called with a frozen dim of another size "
+            "than on its first successful call.",
+            "sglang's shared-sink `set_lora_info` called at rank 16, then at rank 8 or with "
+            "more slots.",
+        ),
+        situations=(
+            "Hot-swapping an adapter of another rank into a live pool.",
+            "Loading more adapters than the slot count allocated at start-up.",
+            "An adapter bundle whose ranks differ from one update to the next.",
+        ),
+        fixes=(
+            "Allocate the pool for the largest rank and slot count up front and pad smaller "
+            "adapters into it; call lora_guard.unfreeze(obj) only for a deliberate rebuild.",
+            "Recreate the module (or restart the server) when the pool really must change size.",
+            "Normalise every adapter to one rank before it reaches the pool.",
+        ),
+        example=(
+            "# before: the second call changes the pool's rank\n"
+            "sink.set_lora_info(ga16, gb16, da16, db16)\n"
+            "sink.set_lora_info(ga8, gb8, da8, db8)      # LG001: rank 16 -> 8\n"
+            "\n"
+            "# after: allocate for the largest rank once, zero-pad smaller adapters into it\n"
+            "sink.set_lora_info(*pad_to_rank(16, ga8, gb8, da8, db8))\n"
+        ),
+        error="PoolShapeDriftError",
+        messages={
+            "frozen": (
+                "{subject}: dim '{dim}' was frozen at {old} by the first call and is now {new} "
+                "(argument '{argument}' has shape {shape}); the call was refused before it ran, "
+                "so the pool is unchanged."
+            ),
+            "expected": (
+                "{subject}: pool dim '{dim}' is {new}, but the server expects {old}."
+            ),
+        },
+        raised_by=("@lg.shapes(frozen=...)", "lg.pool_shapes_stable", "integrations.sglang"),
+    ),
+    _entry(
+        code="LG002",
+        slug="mixed-moe-layout",
+        title="MoE adapters of different layouts in one pool",
+        summary=(
+            "Fused MoE LoRA kernels assume one weight layout for every adapter in a pool: "
+            "shared-outer (one outer weight for all experts), per-expert, or PEFT's flat "
+            "`target_parameters` layout. An adapter of another layout would be read with the "
+            "wrong strides and serve garbage, so it is refused at admission."
+        ),
+        triggers=(
+            "`LayoutRegistry.admit` of an adapter whose MoE layout differs from the layout the "
+            "pool already holds.",
+            "One adapter whose own MoE weights mix layouts.",
+            "`lora-guard check` on a set of adapters of more than one MoE layout.",
+        ),
+        situations=(
+            "Adapters exported by different versions of a training library.",
+            "Mixing adapters trained with shared-outer MoE LoRA and per-expert LoRA on one server.",
+        ),
+        fixes=(
+            "Serve adapters of one MoE layout per server (or per pool); release the adapters of "
+            "the other layout first, or re-export them in the pool's layout.",
+            "Re-export or retrain every MoE adapter with the same layout and tool version.",
+            "Group adapters by layout and serve each group on its own instance.",
+        ),
+        example=(
+            "# before: two layouts admitted into one pool\n"
+            "registry.admit('math', shared_outer_weights)\n"
+            "registry.admit('code', per_expert_weights)   # LG002\n"
+            "\n"
+            "# after: check the layout first, route to a pool that serves it\n"
+            "layout = lg.detect_moe_layout(per_expert_weights)\n"
+            "pools[layout].admit('code', per_expert_weights)\n"
+        ),
+        error="MixedMoELayoutError",
+        messages={
+            "pool": (
+                "{subject}: its MoE layout is {layout}, but the pool holds {pool_layout} "
+                "adapters (set by adapter {owner!r}); fused MoE buffers serve one layout only."
+            ),
+            "within": (
+                "{subject}: its own MoE weights mix layouts: {first_key} is {layout} but "
+                "{other_key} is {other_layout}."
+            ),
+            "set": (
+                "{subject}: MoE layout {layout} differs from {pool_layout} of adapter {owner!r} "
+                "in the same set."
+            ),
+        },
+        raised_by=(
+            "lg.LayoutRegistry.admit",
+            "@lg.guard_adapter_load",
+            "lg.detect_moe_layout",
+            "lg.check_adapters",
+            "integrations.sglang",
+            "integrations.peft",
+        ),
+    ),
+    _entry(
+        code="LG003",
+        slug="cache-key-collision",
+        title="One cache key maps to tensors of different shape or dtype",
+        summary=(
+            "A weight cache (sglang's pinned-weight store, a CPU LoRA cache) reuses tensors "
+            "by key. When the key does not include shape and dtype, a second weight of another "
+            "shape under the same key either gets the stale tensor copied into the GPU pool or "
+            "overwrites a tensor another adapter still uses."
+        ),
+        triggers=(
+            "Storing a tensor in a `GuardedCache` under a key that holds one of another shape "
+            "or dtype.",
+            "A `@lg.guard_cache_lookup` lookup whose cached hit differs from the weight asked for.",
+        ),
+        situations=(
+            "A cache key built from the weight name only while adapters of different ranks load.",
+            "A key scheme that omits dtype when fp16 and bf16 adapters are served together.",
+        ),
+        fixes=(
+            "Build cache keys with lora_guard.weight_cache_key(name, ..., weight=w), which "
+            "includes shape and dtype.",
+            "Evict the entry when an adapter is unloaded or reconfigured "
+            "(GuardedCache(store, on_collision='evict')).",
+            "Make sure weights stored under one key always come from one adapter shape and dtype.",
+        ),
+        example=(
+            "# before\n"
+            "cache_key = f'{layer}.{name}#tp{tp_rank}'\n"
+            "# after\n"
+            "cache_key = lg.weight_cache_key(layer, name, f'tp{tp_rank}', weight=weight)\n"
+        ),
+        error="CacheKeyCollisionError",
+        messages={
+            "collision": (
+                "cache key {subject!r} holds a tensor of shape {old_shape} and dtype {old_dtype}, "
+                "but the new weight has shape {new_shape} and dtype {new_dtype}; the stale "
+                "tensor would be served."
+            ),
+        },
+        raised_by=(
+            "lg.GuardedCache",
+            "@lg.guard_cache_lookup",
+            "lg.cache_entry_matches",
+            "integrations.sglang",
+        ),
+    ),
+    _entry(
+        code="LG004",
+        slug="shape-contract",
+        title="A call's arguments disagree with their declared dims",
+        summary=(
+            "The arguments of one call must agree with the dims declared for them: the number "
+            "of dims, literal sizes, names bound across arguments (the rank of A and of B), "
+            "multiples such as 2*rank, the `where` predicate and the allowed dtypes."
+        ),
+        triggers=(
+            "A `@lg.shapes` call whose tensor has the wrong number of dims, a size that does not "
+            "match a literal or a name bound by another argument, or fails `where`.",
+            "An argument without a `.shape`.",
+        ),
+        situations=(
+            "A LoRA A weight passed transposed, or A and B from adapters of different ranks.",
+            "Fused qkv or gate_up weights stacked with the wrong multiple.",
+        ),
+        fixes=(
+            "Pass tensors whose shapes match the declared dims; the message names the argument, "
+            "the dim and the size it expected.",
+            "If the declaration is wrong, fix the spec in the @lora_guard.shapes decorator.",
+        ),
+        example=(
+            "@lg.shapes(a='slots rank hidden', b='slots hidden rank')\n"
+            "def set_lora(self, a, b): ...\n"
+            "pool.set_lora(a, b.transpose(1, 2))   # LG004: b dim 1 is 'hidden' (64), got 16\n"
+        ),
+        error="ShapeContractError",
+        messages={
+            "ndim": (
+                "{subject}: argument '{argument}' has {ndim} dims (shape {shape}), "
+                "but its spec '{spec}' wants {expected_ndim}."
+            ),
+            "literal": (
+                "{subject}: argument '{argument}' dim {axis} is {got} (shape {shape}), "
+                "but its spec '{spec}' fixes it at {expected}."
+            ),
+            "bound": (
+                "{subject}: argument '{argument}' dim {axis} should be '{dim}' = {expected} "
+                "(bound by argument '{bound_by}'), but it is {got} (shape {shape}; spec '{spec}')."
+            ),
+            "multiple": (
+                "{subject}: argument '{argument}' dim {axis} is {got} (shape {shape}), "
+                "which is not a multiple of {factor} as its spec '{spec}' requires."
+            ),
+            "no-shape": (
+                "{subject}: argument '{argument}' is a {type} with no .shape; its spec '{spec}' "
+                "wants a tensor."
+            ),
+            "where": (
+                "{subject}: the bound dims {dims} fail the `where` predicate of the guard."
+            ),
+            "dtype": (
+                "{subject}: argument '{argument}' has dtype {got}, but the guard allows {expected}."
+            ),
+            "same-dtype": (
+                "{subject}: arguments disagree on dtype: {dtypes}."
+            ),
+        },
+        raised_by=("@lg.shapes", "lg.shapes_conform"),
+    ),
+    _entry(
+        code="LG101",
+        slug="rank-exceeds-limit",
+        title="Adapter rank above the served max rank, or not an allowed rank",
+        summary=(
+            "A server allocates its LoRA pool for a max rank. An adapter whose `r`, or any "
+            "`rank_pattern` value, is above it cannot be loaded (vLLM raises at load time) or "
+            "would be truncated; an engine that only serves some ranks refuses the others."
+        ),
+        triggers=(
+            "`r` or a `rank_pattern` value above `ServingLimits.max_rank`.",
+            "A rank not in `ServingLimits.allowed_ranks`.",
+        ),
+        situations=(
+            "A new fine-tune trained at r=64 uploaded to a server started with max rank 16.",
+            "`rank_pattern` raising one module's rank above the others.",
+        ),
+        fixes=(
+            "Start the server with a max rank at least the adapter's (vLLM --max-lora-rank, "
+            "sglang --max-lora-rank), or retrain/compress the adapter to a served rank.",
+            "Reduce the adapter's rank with an SVD truncation before serving it.",
+        ),
+        example=(
+            "# before: max_rank 16, adapter r=64\n"
+            "lora-guard check ./adapters --max-rank 16      # LG101\n"
+            "# after\n"
+            "lora-guard check ./adapters --max-rank 64\n"
+        ),
+        error="AdapterError",
+        messages={
+            "max": "{subject}: rank {rank} of {module} is above the served max rank {max_rank}.",
+            "allowed": (
+                "{subject}: rank {rank} of {module} is not one of the served ranks {allowed}."
+            ),
+        },
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
+                   "integrations.sglang", "integrations.peft"),
+    ),
+    _entry(
+        code="LG102",
+        slug="rank-inconsistent",
+        title="A and B disagree on rank, or the tensors disagree with the config",
+        summary=(
+            "A LoRA module's A is `(r, in)` and its B is `(out, r)`. When A's rows differ from "
+            "B's columns, or from the `r` (or `rank_pattern` value) in the config, the product "
+            "B @ A is wrong or cannot be computed, and a server pads or scales it wrongly."
+        ),
+        triggers=(
+            "A `lora_A` with r rows beside a `lora_B` with another number of columns.",
+            "Tensor rank different from the config's `r` / `rank_pattern` for that module.",
+        ),
+        situations=(
+            "An adapter edited or merged by hand, its config not updated.",
+            "A `rank_pattern` regex that no longer matches the module names after a rename.",
+        ),
+        fixes=(
+            "Re-save the adapter with its real rank in adapter_config.json (r or rank_pattern).",
+            "Re-export the adapter from the training run; do not mix A and B from different runs.",
+        ),
+        example=(
+            "# before: config r=8, tensors saved at rank 16\n"
+            '{"r": 8, ...}\n'
+            "# after\n"
+            '{"r": 16, ...}\n'
+        ),
+        error="AdapterError",
+        messages={
+            "a-b": (
+                "{subject}: {module} has lora_A of rank {rank_a} (shape {shape_a}) but lora_B of "
+                "rank {rank_b} (shape {shape_b})."
+            ),
+            "config": (
+                "{subject}: {module} has tensors of rank {rank} but the config says {config_rank}."
+            ),
+        },
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.peft"),
+    ),
+    _entry(
+        code="LG103",
+        slug="orphan-weight",
+        title="A lora_A without its lora_B, or the reverse",
+        summary=(
+            "Every LoRA module needs both halves. An orphan half is either silently skipped "
+            "(the module serves the base weights) or crashes the loader."
+        ),
+        triggers=("A weights file with `...lora_A.weight` but no matching `...lora_B.weight`.",),
+        situations=(
+            "A sharded trainer that saved part of the weights.",
+            "Keys renamed by a conversion script for one half only.",
+        ),
+        fixes=(
+            "Re-save the adapter so every module has both lora_A and lora_B.",
+            "Drop the orphan module from the weights and from target_modules.",
+        ),
+        example="# the weights must hold pairs:\nx.lora_A.weight  (r, in)\nx.lora_B.weight  (out, r)\n",
+        error="AdapterError",
+        messages={
+            "orphan": "{subject}: {module} has {present} but no {missing}.",
+        },
+        raised_by=("lg.check_adapters", "lora-guard check"),
+    ),
+    _entry(
+        code="LG104",
+        slug="unsupported-target",
+        title="A weight whose module is not served, or not LoRA key grammar",
+        summary=(
+            "Servers apply an adapter by module name. A weight for a module the server does not "
+            "serve is dropped without a word (the adapter then silently serves the base model), "
+            "and a key outside PEFT's grammar is not understood at all."
+        ),
+        triggers=(
+            "A weight module not in `ServingLimits.target_modules`.",
+            "A key that is not `<module>.lora_A.weight`, `lora_B.weight`, `lora_embedding_A/B`, "
+            "DoRA's magnitude vector or a `modules_to_save` weight.",
+        ),
+        situations=(
+            "Module prefixes from another architecture (`model.layers` vs `transformer.h`).",
+            "An adapter targeting `lm_head` or an MoE router the server does not serve.",
+        ),
+        fixes=(
+            "Serve the module (add it to the server's LoRA target modules) or retrain the adapter "
+            "on modules the server serves.",
+            "Rename the keys to the base model's module names if the adapter was converted.",
+        ),
+        example=(
+            "# before: adapter targets o_proj, server serves q_proj,v_proj\n"
+            "lora-guard check a --target-modules q_proj,v_proj   # LG104\n"
+            "# after\n"
+            "lora-guard check a --target-modules q_proj,v_proj,o_proj\n"
+        ),
+        error="AdapterError",
+        messages={
+            "module": "{subject}: module {module} ({target}) is not served; served: {served}.",
+            "grammar": "{subject}: tensor key {key!r} is not LoRA key grammar.",
+        },
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm"),
+    ),
+    _entry(
+        code="LG105",
+        slug="unsupported-feature",
+        title="A config feature the server does not serve",
+        summary=(
+            "DoRA, `lora_bias`, `bias` other than \"none\", `modules_to_save`, trainable tokens "
+            "and similar features change the forward pass. A server that does not implement "
+            "them either refuses the adapter or serves a different function than was trained."
+        ),
+        triggers=(
+            "`use_dora`, `lora_bias`, `bias != \"none\"`, `modules_to_save`, "
+            "`trainable_token_indices` or a non-LORA `peft_type` in the config, or their "
+            "weights in the file, without `ServingLimits(allow=...)` naming them.",
+        ),
+        situations=(
+            "A DoRA fine-tune sent to vLLM, which does not serve DoRA.",
+            "`modules_to_save=['lm_head']` from a classification fine-tune.",
+        ),
+        fixes=(
+            "Retrain without the feature, or serve the adapter on an engine that implements it "
+            "(then pass ServingLimits(allow={...}) naming the feature).",
+            "Merge the feature into the base model and serve the merged model.",
+        ),
+        example=(
+            "# before\n"
+            "LoraConfig(r=16, use_dora=True)\n"
+            "# after\n"
+            "LoraConfig(r=16)\n"
+        ),
+        error="AdapterError",
+        messages={
+            "feature": "{subject}: uses {feature} ({value}), which the server does not serve.",
+        },
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm"),
+    ),
+    _entry(
+        code="LG106",
+        slug="dtype-policy",
+        title="A dtype outside the allowed set, or mixed dtypes in one adapter",
+        summary=(
+            "Pools are allocated in one dtype. An adapter in a dtype the server does not accept, "
+            "or whose tensors mix dtypes, is cast silently (losing precision) or mis-copied."
+        ),
+        triggers=(
+            "A tensor whose dtype is not in `ServingLimits.dtypes`.",
+            "LoRA tensors of more than one dtype in one adapter.",
+        ),
+        situations=("An fp32 export of a bf16 fine-tune; a partial conversion script.",),
+        fixes=(
+            "Convert the adapter to one allowed dtype before serving it "
+            "(e.g. save it again after model.to(torch.bfloat16)).",
+            "Widen ServingLimits(dtypes=...) if the server casts safely.",
+        ),
+        example="# after\nmodel = model.to(torch.bfloat16)\nmodel.save_pretrained(path)\n",
+        error="AdapterError",
+        messages={
+            "allowed": "{subject}: dtype {dtype} of {key} is not allowed; allowed: {allowed}.",
+            "mixed": "{subject}: LoRA tensors mix dtypes {dtypes}.",
+        },
+        raised_by=("lg.check_adapters", "lora-guard check"),
+    ),
+    _entry(
+        code="LG107",
+        slug="empty-tensor",
+        title="A zero-size tensor",
+        summary=(
+            "Some sharded trainers (FSDP, ZeRO-3 without gathering) save empty placeholders. "
+            "A zero-size LoRA weight loads without error and contributes nothing, or breaks "
+            "the slicing of a tensor-parallel server (tp > ep once sliced MoE weights to [r, 0])."
+        ),
+        triggers=("A tensor with a 0 in its shape.",),
+        situations=("Saving an adapter from one rank of a sharded run without gathering.",),
+        fixes=(
+            "Gather the full state dict before saving (e.g. FSDP full_state_dict, "
+            "ZeRO-3 stage3_gather_16bit_weights_on_model_save).",
+        ),
+        example="# after\nwith FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT): ...\n",
+        error="AdapterError",
+        messages={"empty": "{subject}: tensor {key} has zero size (shape {shape})."},
+        raised_by=("lg.check_adapters", "lora-guard check"),
+    ),
+    _entry(
+        code="LG108",
+        slug="malformed-adapter",
+        title="An adapter that cannot be read safely",
+        summary=(
+            "Adapters are files users upload. lora_guard reads `adapter_config.json` and the "
+            "safetensors header only, with strict limits, and never unpickles. A file that is "
+            "unreadable, invalid, oversized, inconsistent with itself, pickled or outside the "
+            "adapter folder is refused with the reason."
+        ),
+        triggers=(
+            "A missing, unreadable or invalid `adapter_config.json`.",
+            "A safetensors file with a truncated, oversized or invalid header, offsets that "
+            "overlap, leave gaps or point past the file, unknown dtypes or bad shapes.",
+            "A pickle `adapter_model.bin` (never unpickled).",
+            "A symlink that leads out of the adapter folder.",
+        ),
+        situations=(
+            "An interrupted upload or copy; an adapter saved by an old PEFT as .bin.",
+            "A hostile upload.",
+        ),
+        fixes=(
+            "Re-save the adapter with a current PEFT (save_pretrained writes "
+            "adapter_config.json and adapter_model.safetensors).",
+            "Convert a .bin adapter to safetensors in a trusted environment.",
+            "Copy the adapter again; check the upload was complete.",
+        ),
+        example=(
+            "# convert a trusted .bin adapter once, offline\n"
+            "sd = torch.load('adapter_model.bin', weights_only=True)\n"
+            "safetensors.torch.save_file(sd, 'adapter_model.safetensors')\n"
+        ),
+        error="AdapterError",
+        messages={
+            "malformed": "{subject}: {file}: {problem}.",
+        },
+        raised_by=("lg.inspect_adapter", "lg.check_adapters", "lora-guard check"),
+    ),
+    _entry(
+        code="LG109",
+        slug="base-model-mismatch",
+        title="An adapter that does not fit the base model",
+        summary=(
+            "An adapter trained on another base model (another size, vocabulary, layer count or "
+            "expert count) can load without error where only names are checked, and then serves "
+            "garbage. Its A in-dims and B out-dims must match the base model's module dims."
+        ),
+        triggers=(
+            "A weight whose in/out dims differ from the base config's (hidden, intermediate, "
+            "head dims, kv heads, vocab).",
+            "A layer index at or above `num_hidden_layers`; an expert index at or above the "
+            "expert count.",
+        ),
+        situations=(
+            "A 7B adapter loaded onto a 1B model with the same architecture names.",
+            "An adapter for a model variant with another vocabulary.",
+        ),
+        fixes=(
+            "Serve the adapter on the base model it was trained on (see "
+            "base_model_name_or_path in its config).",
+            "Retrain the adapter on this base model.",
+        ),
+        example=(
+            "lora-guard check ./adapter --base-config ./base/config.json   # LG109\n"
+        ),
+        error="AdapterError",
+        messages={
+            "dim": (
+                "{subject}: {key} has {which} dim {got}, but {module_kind} on the base model "
+                "has {expected} ({source})."
+            ),
+            "layer": (
+                "{subject}: {key} is for layer {layer}, but the base model has {layers} layers."
+            ),
+            "expert": (
+                "{subject}: {key} is for expert {expert}, but the base model has {experts} "
+                "experts."
+            ),
+            "vocab": "{subject}: {key} has vocab dim {got}, the base model's vocab is {expected}.",
+        },
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm"),
+    ),
+    _entry(
+        code="LG110",
+        slug="too-many-adapters",
+        title="More adapters than the served slot count",
+        summary=(
+            "A server has a fixed number of adapter slots (vLLM max_loras, sglang "
+            "max_loras_per_batch). A set, or a batch, that needs more adapters than slots "
+            "cannot be served together: sglang's scheduler once died on an assert for it."
+        ),
+        triggers=("`check_adapters` of more adapters than `ServingLimits.max_loras`.",),
+        situations=("A batch that mixes requests for more adapters than the pool holds.",),
+        fixes=(
+            "Raise the slot count (vLLM --max-loras, sglang --max-loras-per-batch) or split the "
+            "adapters over servers.",
+        ),
+        example="lora-guard check ./adapters --max-loras 8   # LG110 with 9 adapters\n",
+        error="AdapterError",
+        messages={
+            "count": "{subject}: {count} adapters, but the server has {max_loras} slots.",
+        },
+        raised_by=("lg.check_adapters", "lora-guard check"),
+    ),
+    _entry(
+        code="LG201",
+        slug="registry-inconsistent",
+        title="Adapter/slot bookkeeping disagrees with itself",
+        summary=(
+            "A pool keeps a map from adapter to slot and its inverse. When they stop being exact "
+            "inverses, hold stale entries, or a batch needs more slots than exist, requests are "
+            "served with another adapter's weights."
+        ),
+        triggers=(
+            "`uid_to_slot` and `slot_to_uid` that are not inverse, a slot out of range, "
+            "a batch with more adapters than slots, a config left behind by a failed load.",
+        ),
+        situations=(
+            "An exception part-way through a load leaving the maps half updated.",
+            "Eviction that updates one map and not the other.",
+        ),
+        fixes=(
+            "Update both maps in one step, and undo both on failure; check with "
+            "lora_guard.check_slot_maps after each change.",
+            "Bound a batch's adapters by the slot count before scheduling it.",
+        ),
+        example=(
+            "# before\n"
+            "uid_to_slot[uid] = slot            # slot_to_uid not updated\n"
+            "# after\n"
+            "uid_to_slot[uid] = slot; slot_to_uid[slot] = uid\n"
+            "lg.check_slot_maps(uid_to_slot, slot_to_uid, slots=S)\n"
+        ),
+        error="RegistryError",
+        messages={
+            "not-inverse": (
+                "{subject}: adapter {uid!r} maps to slot {slot}, but slot {slot} holds {other!r}."
+            ),
+            "stale": "{subject}: slot {slot} holds {uid!r}, but {uid!r} maps to {mapped}.",
+            "range": "{subject}: adapter {uid!r} maps to slot {slot}, outside 0..{last}.",
+            "exhausted": "{subject}: {needed} adapters needed at once, but only {slots} slots.",
+            "stale-config": "{subject}: {uid!r} is in {where} but not loaded.",
+        },
+        raised_by=("lg.check_slot_maps", "integrations.sglang", "integrations.vllm"),
+    ),
+    _entry(
+        code="LG301",
+        slug="rank-divergence",
+        title="Tensor-parallel ranks disagree",
+        summary=(
+            "Every tensor-parallel rank must hold the same pool shapes, slot map and adapter "
+            "set; otherwise ranks compute with different adapters and all-reduce garbage. "
+            "Python hash seeds differ per process, so iteration order alone can diverge."
+        ),
+        triggers=("`assert_rank_consistent` finding a fingerprint that differs between ranks.",),
+        situations=(
+            "Slot order taken from a set or dict whose order depends on the hash seed.",
+            "tp > kv heads making ranks allocate different buffer shapes.",
+            "A load that failed on one rank only.",
+        ),
+        fixes=(
+            "Derive slot order and pool shapes deterministically (sorted ids, shapes from the "
+            "config, not the local shard), and load adapters on all ranks or none.",
+        ),
+        example=(
+            "# before\n"
+            "for slot, uid in enumerate(set(batch_uids)): ...\n"
+            "# after\n"
+            "for slot, uid in enumerate(sorted(batch_uids)): ...\n"
+            "lg.assert_rank_consistent(pool_state)\n"
+        ),
+        error="RankDivergenceError",
+        messages={
+            "diverged": "{subject}: ranks {ranks} differ from rank {reference} at {path}: {diff}.",
+            "timeout": "{subject}: no answer from ranks within {timeout} s ({problem}).",
+        },
+        raised_by=("lg.assert_rank_consistent",),
+    ),
+)
+
+INVARIANTS: Mapping[str, Invariant] = types.MappingProxyType({e.code: e for e in _ENTRIES})
+"""Every invariant, by code: the single source of codes, messages, hints and docs."""

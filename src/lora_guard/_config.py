@@ -1,0 +1,207 @@
+"""Modes, recording and the single place where a violation is reported."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Literal, NoReturn
+
+from ._errors import LoRAGuardWarning, Violation, error_class
+
+__all__ = ["Mode", "Recording", "configure", "get_mode", "recording", "report"]
+
+Mode = Literal["raise", "warn", "record", "off"]
+MODES: tuple[Mode, ...] = ("raise", "warn", "record", "off")
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class _State:
+    """Process-wide settings, read on every guarded call, so plain attributes."""
+
+    __slots__ = ("mode", "off", "sinks", "lock")
+
+    def __init__(self) -> None:
+        self.mode: Mode = "raise"
+        self.off = False
+        # Recorders and observers (the pytest plugin): everything reported goes to each.
+        self.sinks: tuple[Callable[[Violation], None], ...] = ()
+        self.lock = threading.Lock()
+
+
+STATE = _State()
+
+
+def _check_mode(mode: object, source: str) -> Mode:
+    if mode not in MODES:
+        raise ValueError(
+            f"{source} must be one of {', '.join(map(repr, MODES))}, got {mode!r}; "
+            "use 'raise' in production, 'warn' or 'record' to observe without refusing."
+        )
+    return mode  # type: ignore[return-value]
+
+
+def configure(*, mode: Mode) -> None:
+    """Set how every guard reacts to a violation, process-wide.
+
+    ``raise`` (default) refuses the call with the invariant's error; ``warn`` issues a
+    `LoRAGuardWarning` and lets the call proceed; ``record`` proceeds silently (see
+    `recording`); ``off`` makes decorators applied from now on return the undecorated
+    function, and turns every other guard into a pass-through. The environment variable
+    ``LORA_GUARD_MODE`` sets the mode at import.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> lg.configure(mode="warn")
+        >>> lg.get_mode()
+        'warn'
+        >>> lg.configure(mode="raise")
+    """
+    checked = _check_mode(mode, "lora_guard.configure(mode=...)")
+    STATE.mode = checked
+    STATE.off = checked == "off"
+
+
+def get_mode() -> Mode:
+    """The current mode: ``"raise"``, ``"warn"``, ``"record"`` or ``"off"``.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> lg.get_mode() in ("raise", "warn", "record", "off")
+        True
+    """
+    return STATE.mode
+
+
+def _mode_from_environment() -> None:
+    value = os.environ.get("LORA_GUARD_MODE")
+    if value is None or value == "":
+        return
+    try:
+        configure(mode=_check_mode(value.strip().lower(), "LORA_GUARD_MODE"))
+    except ValueError as exc:  # a bad variable must not stop a server from importing us
+        warnings.warn(f"{exc} Using 'raise'.", UserWarning, stacklevel=2)
+
+
+class Recording:
+    """The violations reported while a `recording` block is open, from any thread.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> with lg.recording() as rec:
+        ...     pass
+        >>> rec.violations
+        []
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._violations: list[Violation] = []
+
+    def _add(self, violation: Violation) -> None:
+        with self._lock:
+            self._violations.append(violation)
+
+    @property
+    def violations(self) -> list[Violation]:
+        """A copy of the violations so far, in the order they were reported."""
+        with self._lock:
+            return list(self._violations)
+
+    @property
+    def codes(self) -> list[str]:
+        """The codes of `violations`, in order."""
+        return [v.code for v in self.violations]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._violations)
+
+    def __repr__(self) -> str:
+        return f"<Recording {self.codes}>"
+
+
+def add_sink(sink: Callable[[Violation], None]) -> None:
+    with STATE.lock:
+        STATE.sinks = (*STATE.sinks, sink)
+
+
+def remove_sink(sink: Callable[[Violation], None]) -> None:
+    with STATE.lock:
+        sinks = list(STATE.sinks)
+        if sink in sinks:
+            sinks.remove(sink)
+        STATE.sinks = tuple(sinks)
+
+
+@contextmanager
+def recording() -> Iterator[Recording]:
+    """Collect every violation raised or observed inside the block, from any thread.
+
+    Works in every mode but ``off``; in ``raise`` mode the errors still propagate (and are
+    recorded even when the code under the block catches them).
+
+    Example:
+        >>> import lora_guard as lg
+        >>> lg.configure(mode="record")
+        >>> with lg.recording() as rec:
+        ...     lg.check_slot_maps({"a": 0}, {0: "b"})
+        >>> rec.codes
+        ['LG201']
+        >>> lg.configure(mode="raise")
+    """
+    rec = Recording()
+    add_sink(rec._add)
+    try:
+        yield rec
+    finally:
+        remove_sink(rec._add)
+
+
+def _location() -> str:
+    """The first frame outside lora_guard: where the user's code hit the guard."""
+    frame = sys._getframe(2)
+    while frame is not None and os.path.dirname(
+        os.path.abspath(frame.f_code.co_filename)
+    ).startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return ""
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def report(violations: Sequence[Violation], *, stacklevel: int = 3) -> None:
+    """Report violations according to the mode; raises in ``raise`` mode.
+
+    Every guard ends here, so the mode, the recorders and the pytest plugin see one stream.
+    """
+    if STATE.off or not violations:
+        return
+    location = _location()
+    violations = [v if v.location else replace(v, location=location) for v in violations]
+    for sink in STATE.sinks:
+        for v in violations:
+            sink(v)
+    mode = STATE.mode
+    if mode == "raise":
+        raise error_class(violations[0].code)(violations)
+    if mode == "warn":
+        for v in violations:
+            warnings.warn(LoRAGuardWarning(v), stacklevel=stacklevel)
+
+
+def refuse(violations: Sequence[Violation]) -> NoReturn:
+    """Raise regardless of mode: for checks whose callers asked for an exception."""
+    location = _location()
+    violations = [v if v.location else replace(v, location=location) for v in violations]
+    for sink in STATE.sinks:
+        for v in violations:
+            sink(v)
+    raise error_class(violations[0].code)(violations)
+
+
+_mode_from_environment()

@@ -1,0 +1,188 @@
+"""The dim grammar of `lora_guard.shapes`, and the reference interpreter of it.
+
+A spec is space-separated tokens: a name binds a size (the same name must agree across every
+argument of the call), an integer is literal, ``_`` is any size, ``k*name`` / ``name*k`` is a
+multiple of a bound size, ``...`` (first only) any number of leading dims.
+
+The guard compiles each spec to straight-line Python for the hot path (see ``_shapes``); this
+module is the slow, readable version used to explain a failure and by the predicates. Tests
+check that the two agree.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._checks import dtype_name, shape_of
+from ._errors import Violation, make_violation
+
+__all__ = ["Dim", "DimSpec", "bind_dims", "parse_spec"]
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One token: ``kind`` is ``"name"``, ``"literal"``, ``"any"`` or ``"multiple"``."""
+
+    kind: str
+    name: str = ""
+    value: int = 0  # the literal, or the factor of a multiple
+
+
+@dataclass(frozen=True)
+class DimSpec:
+    """A parsed spec: its text, its tokens, and whether it starts with ``...``."""
+
+    text: str
+    dims: tuple[Dim, ...]
+    ellipsis: bool
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.dims if d.name)
+
+    def axis(self, i: int) -> int:
+        """The axis index of token ``i`` in the tensor (negative after ``...``)."""
+        return i - len(self.dims) if self.ellipsis else i
+
+
+def _bad(text: str, why: str, argument: str) -> ValueError:
+    return ValueError(
+        f"lora_guard.shapes: the spec {text!r} for argument {argument!r} is invalid: {why}. "
+        "A spec is space-separated names, integers, '_', 'k*name' or 'name*k', "
+        "optionally starting with '...', e.g. 'slots 2*rank hidden'."
+    )
+
+
+def parse_spec(text: str, *, argument: str = "?") -> DimSpec:
+    """Parse a spec such as ``"slots outer 2*rank hidden"``; raises ValueError if invalid."""
+    if not isinstance(text, str):
+        raise TypeError(
+            f"lora_guard.shapes: the spec for argument {argument!r} must be a string such as "
+            f"'slots rank hidden', got {type(text).__name__}"
+        )
+    tokens = text.split()
+    ellipsis = bool(tokens) and tokens[0] == "..."
+    if ellipsis:
+        tokens = tokens[1:]
+    dims: list[Dim] = []
+    for token in tokens:
+        if token == "...":
+            raise _bad(text, "'...' may only come first", argument)
+        if token == "_":
+            dims.append(Dim("any"))
+        elif token.isdigit():
+            dims.append(Dim("literal", value=int(token)))
+        elif "*" in token:
+            left, _, right = token.partition("*")
+            factor, name = (left, right) if left.isdigit() else (right, left)
+            if not factor.isdigit() or not _NAME.match(name) or int(factor) < 1:
+                raise _bad(text, f"{token!r} is not 'k*name' or 'name*k' with k >= 1", argument)
+            dims.append(Dim("multiple", name=name, value=int(factor)))
+        elif _NAME.match(token) and not keyword.iskeyword(token):
+            dims.append(Dim("name", name=token))
+        else:
+            raise _bad(text, f"{token!r} is not a name, an integer, '_' or a multiple", argument)
+    return DimSpec(text, tuple(dims), ellipsis)
+
+
+@dataclass
+class _Bound:
+    value: int
+    argument: str
+    axis: int
+
+
+def bind_dims(
+    subject: str,
+    specs: Mapping[str, DimSpec],
+    values: Mapping[str, Any],
+    *,
+    where: Callable[[dict[str, int]], bool] | None = None,
+    dtypes: frozenset[str] | None = None,
+    same_dtype: bool = False,
+) -> tuple[dict[str, int], dict[str, tuple[str, int]], list[Violation]]:
+    """Bind every named dim of ``specs`` from ``values``; report LG004 for each disagreement.
+
+    Returns the bound dims, where each was bound (argument, axis), and the violations. An
+    argument whose value is None is skipped (optional tensors).
+    """
+    bound: dict[str, _Bound] = {}
+    found: list[Violation] = []
+    seen_dtypes: dict[str, str] = {}
+    # Plain names bind first so that a multiple can be checked against them wherever it stands.
+    order = sorted(
+        ((arg, i) for arg, spec in specs.items() for i in range(len(spec.dims))),
+        key=lambda item: specs[item[0]].dims[item[1]].kind == "multiple",
+    )
+    shapes: dict[str, tuple[int, ...]] = {}
+    for arg, spec in specs.items():
+        value = values.get(arg)
+        if value is None:
+            continue
+        shape = shape_of(value) if hasattr(value, "shape") else None
+        if shape is None:
+            found.append(
+                make_violation("LG004", "no-shape", subject,
+                               argument=arg, type=type(value).__name__, spec=spec.text)
+            )
+            continue
+        want = len(spec.dims)
+        if len(shape) < want if spec.ellipsis else len(shape) != want:
+            found.append(
+                make_violation("LG004", "ndim", subject, argument=arg, ndim=len(shape),
+                               shape=shape, spec=spec.text,
+                               expected_ndim=f"at least {want}" if spec.ellipsis else want)
+            )
+            continue
+        shapes[arg] = shape
+        if dtypes is not None or same_dtype:
+            name = dtype_name(value) or "?"
+            seen_dtypes[arg] = name
+            if dtypes is not None and name not in dtypes:
+                found.append(
+                    make_violation("LG004", "dtype", subject, argument=arg, got=name,
+                                   expected=sorted(dtypes))
+                )
+    for arg, i in order:
+        if arg not in shapes:
+            continue
+        spec, shape = specs[arg], shapes[arg]
+        dim, axis = spec.dims[i], spec.axis(i)
+        got = shape[axis]
+        if dim.kind == "any":
+            continue
+        if dim.kind == "literal":
+            if got != dim.value:
+                found.append(make_violation("LG004", "literal", subject, argument=arg, axis=axis,
+                                            got=got, shape=shape, spec=spec.text,
+                                            expected=dim.value))
+            continue
+        factor = dim.value if dim.kind == "multiple" else 1
+        if got % factor:
+            found.append(make_violation("LG004", "multiple", subject, argument=arg, axis=axis,
+                                        got=got, shape=shape, spec=spec.text, factor=factor))
+            continue
+        prior = bound.get(dim.name)
+        if prior is None:
+            bound[dim.name] = _Bound(got // factor, arg, axis)
+        elif prior.value * factor != got:
+            found.append(make_violation("LG004", "bound", subject, argument=arg, axis=axis,
+                                        dim=dim.name if factor == 1 else f"{factor}*{dim.name}",
+                                        expected=prior.value * factor, bound_by=prior.argument,
+                                        got=got, shape=shape, spec=spec.text))
+    if same_dtype and len(set(seen_dtypes.values())) > 1:
+        found.append(make_violation("LG004", "same-dtype", subject, dtypes=seen_dtypes))
+    dims = {name: b.value for name, b in bound.items()}
+    if where is not None and not found and not where(dict(dims)):
+        found.append(make_violation("LG004", "where", subject, dims=dims))
+    return dims, {name: (b.argument, b.axis) for name, b in bound.items()}, found
+
+
+def spec_names(specs: Sequence[DimSpec]) -> set[str]:
+    return {name for spec in specs for name in spec.names}

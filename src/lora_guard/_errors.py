@@ -1,0 +1,215 @@
+"""Violations and the exceptions that carry them, all derived from the catalogue."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._catalogue import INVARIANTS, Invariant
+
+__all__ = [
+    "AdapterError",
+    "CacheKeyCollisionError",
+    "LoRAGuardError",
+    "LoRAGuardWarning",
+    "MixedMoELayoutError",
+    "PoolShapeDriftError",
+    "RankDivergenceError",
+    "RegistryError",
+    "ShapeContractError",
+    "Violation",
+    "error_class",
+    "make_violation",
+]
+
+_EMPTY: Mapping[str, Any] = types.MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant: what was observed, about what, and how to fix it.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> v = lg.Violation("LG003", "cache key 'k' holds another shape.", "Use keys with shape.",
+        ...                  subject="k")
+        >>> v.invariant
+        'cache-key-collision'
+    """
+
+    code: str
+    """The invariant's code, e.g. ``"LG001"``."""
+    message: str
+    """What happened: the subject, the old and the new values."""
+    hint: str
+    """The first fix, one line."""
+    subject: str = ""
+    """What the violation is about: an adapter, a call, a cache key."""
+    details: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    """The values involved, for programs and reports."""
+    location: str = ""
+    """Where it was observed (``file:line in function``), when known."""
+
+    @property
+    def invariant(self) -> str:
+        """The invariant's slug, e.g. ``"pool-shape-drift"``."""
+        return INVARIANTS[self.code].slug
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.invariant}: {self.message} Fix: {self.hint}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form: code, invariant, message, hint, subject, details, location."""
+        return {
+            "code": self.code,
+            "invariant": self.invariant,
+            "message": self.message,
+            "hint": self.hint,
+            "subject": self.subject,
+            "details": {k: _jsonable(v) for k, v in self.details.items()},
+            "location": self.location,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+class LoRAGuardError(Exception):
+    """Base of every error lora_guard raises for a broken invariant.
+
+    Each subclass also inherits the builtin class the engines raise for the same problem, so
+    an existing ``except RuntimeError`` or ``except ValueError`` keeps working.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> try:
+        ...     lg.check_slot_maps({"a": 0}, {0: "b"})
+        ... except lg.LoRAGuardError as e:
+        ...     print(e.code, e.invariant)
+        LG201 registry-inconsistent
+    """
+
+    violations: list[Violation]
+    """Every violation found by the refused call; the first is the headline."""
+
+    def __init__(self, violations: Sequence[Violation] | str, /, *, code: str = "") -> None:
+        if isinstance(violations, str):  # raised by hand, e.g. in a user's own check
+            code = code or _only_code(type(self))
+            violations = [Violation(code, violations, INVARIANTS[code].hint)]
+        if not violations:
+            raise TypeError(f"{type(self).__name__} needs a message or at least one Violation")
+        self.violations = list(violations)
+        super().__init__("\n".join(str(v) for v in self.violations))
+
+    @property
+    def code(self) -> str:
+        """The code of the first violation."""
+        return self.violations[0].code
+
+    @property
+    def invariant(self) -> str:
+        """The slug of the first violation's invariant."""
+        return self.violations[0].invariant
+
+    @property
+    def hint(self) -> str:
+        """The first fix for the first violation."""
+        return self.violations[0].hint
+
+    @property
+    def details(self) -> Mapping[str, Any]:
+        """The values involved in the first violation."""
+        return self.violations[0].details
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes (xdist, spawn)
+        return (type(self), (self.violations,))
+
+
+class PoolShapeDriftError(LoRAGuardError, RuntimeError):
+    """LG001: a dimension frozen at first allocation changed on a later call."""
+
+
+class MixedMoELayoutError(LoRAGuardError, RuntimeError):
+    """LG002: MoE adapters sharing one pool disagree on layout."""
+
+
+class CacheKeyCollisionError(LoRAGuardError, ValueError):
+    """LG003: one cache key maps to tensors of different shape or dtype."""
+
+
+class ShapeContractError(LoRAGuardError, ValueError):
+    """LG004: a call's arguments disagree with their declared dims."""
+
+
+class AdapterError(LoRAGuardError, ValueError):
+    """LG101-LG110: an adapter that cannot be served as it is."""
+
+
+class RegistryError(LoRAGuardError, RuntimeError):
+    """LG201: adapter/slot bookkeeping disagrees with itself."""
+
+
+class RankDivergenceError(LoRAGuardError, RuntimeError):
+    """LG301: tensor-parallel ranks disagree on pool shapes, slot maps or adapter sets."""
+
+
+class LoRAGuardWarning(UserWarning):
+    """Issued instead of an error in ``warn`` mode; ``.violation`` holds the record.
+
+    Example:
+        >>> import lora_guard as lg, warnings
+        >>> issubclass(lg.LoRAGuardWarning, UserWarning)
+        True
+    """
+
+    def __init__(self, violation: Violation) -> None:
+        self.violation = violation
+        super().__init__(str(violation))
+
+
+_CLASSES: dict[str, type[LoRAGuardError]] = {
+    cls.__name__: cls
+    for cls in (
+        PoolShapeDriftError,
+        MixedMoELayoutError,
+        CacheKeyCollisionError,
+        ShapeContractError,
+        AdapterError,
+        RegistryError,
+        RankDivergenceError,
+    )
+}
+
+
+def error_class(code: str) -> type[LoRAGuardError]:
+    """The exception class that raises invariant ``code``, from its catalogue entry."""
+    return _CLASSES[INVARIANTS[code].error]
+
+
+def _only_code(cls: type[LoRAGuardError]) -> str:
+    codes = [inv.code for inv in INVARIANTS.values() if _CLASSES[inv.error] is cls]
+    if len(codes) != 1:
+        raise TypeError(
+            f"{cls.__name__}(message) needs code=...: it raises {codes or 'no code'}"
+        )
+    return codes[0]
+
+
+def make_violation(
+    code: str, variant: str, subject: str, /, *, hint: str | None = None, **details: Any
+) -> Violation:
+    """Build a violation of ``code`` with the message template ``variant`` of its entry."""
+    inv: Invariant = INVARIANTS[code]
+    message = inv.messages[variant].format(subject=subject, **details)
+    return Violation(
+        code, message, hint or inv.hint, subject, types.MappingProxyType(dict(details))
+    )

@@ -1,0 +1,469 @@
+"""`@lora_guard.shapes`: dims declared per argument, checked per call, frozen across calls.
+
+The hot path is generated once per decorated function (as attrs and dataclasses do): a
+wrapper with the function's own signature whose body is only the checks themselves, unpacking
+each ``.shape`` into locals and comparing ints. Anything unusual (a None argument, a failed
+check, the first call that freezes dims) falls to the slow path, which re-derives everything
+with the reference interpreter in ``_dims``, reports, and keeps the state transactional.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar, cast
+
+from ._checks import dtype_name
+from ._config import STATE, report
+from ._dims import DimSpec, bind_dims, parse_spec
+from ._errors import make_violation
+
+__all__ = ["frozen_dims", "shapes", "unfreeze"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_STORE_KEY = "__lora_guard_frozen__"
+_LOCK = threading.RLock()
+_FOREIGN_STORES: weakref.WeakKeyDictionary[Any, _FrozenStore] = weakref.WeakKeyDictionary()
+_UNWEAKREFABLE_STORES: dict[int, tuple[Any, _FrozenStore]] = {}
+
+
+class _FrozenStore:
+    """The dims frozen on one owner (instance, class, or plain function)."""
+
+    __slots__ = ("dims", "calls", "origin", "__weakref__")
+
+    def __init__(self) -> None:
+        self.dims: dict[str, int] = {}
+        # Per guarded function: the tuple of its frozen dims, read by the fast path.
+        self.calls: dict[int, tuple[int, ...]] = {}
+        self.origin: dict[str, str] = {}  # dim -> function that froze it
+
+    def __getstate__(self) -> dict[str, Any]:
+        # ``calls`` is keyed by id(guard) of this process: never carry it across a pickle.
+        return {"dims": self.dims, "origin": self.origin}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.dims, self.origin, self.calls = state["dims"], state["origin"], {}
+
+
+def _store_of(owner: Any, *, create: bool) -> _FrozenStore | None:
+    guard = getattr(owner, "__lora_guard__", None)
+    if isinstance(guard, _ShapeGuard):
+        return guard.function_store
+    owner = getattr(owner, "__self__", owner)  # a bound method: its instance
+    try:
+        namespace = vars(owner)
+    except TypeError:
+        namespace = None
+    if namespace is not None:
+        store = namespace.get(_STORE_KEY)
+        if store is None and create:
+            store = _FrozenStore()
+            if isinstance(owner, type):
+                setattr(owner, _STORE_KEY, store)
+            else:
+                namespace[_STORE_KEY] = store
+        return cast("_FrozenStore | None", store)
+    try:
+        store = _FOREIGN_STORES.get(owner)
+        if store is None and create:
+            store = _FOREIGN_STORES[owner] = _FrozenStore()
+        return store
+    except TypeError:  # neither a __dict__ nor weak references: keep it alive with its store
+        entry = _UNWEAKREFABLE_STORES.get(id(owner))
+        if entry is None and create:
+            entry = _UNWEAKREFABLE_STORES[id(owner)] = (owner, _FrozenStore())
+        return entry[1] if entry else None
+
+
+def frozen_dims(obj: object) -> dict[str, int]:
+    """The dims frozen on ``obj``: an instance with guarded methods, a class, or a function.
+
+    Example:
+        >>> import lora_guard as lg, torch
+        >>> class Pool:
+        ...     @lg.shapes(a="slots rank hidden", frozen=("slots", "rank"))
+        ...     def set_lora_info(self, a): ...
+        >>> pool = Pool()
+        >>> pool.set_lora_info(torch.empty(4, 16, 64, device="meta"))
+        >>> lg.frozen_dims(pool)
+        {'slots': 4, 'rank': 16}
+    """
+    with _LOCK:
+        store = _store_of(obj, create=False)
+        return dict(store.dims) if store else {}
+
+
+def unfreeze(obj: object, *dims: str) -> None:
+    """Release the frozen dims of ``obj`` (all, or those named) for a deliberate rebuild.
+
+    The next guarded call freezes them again from its own arguments.
+
+    Example:
+        >>> import lora_guard as lg, torch
+        >>> class Pool:
+        ...     @lg.shapes(a="slots rank", frozen=("rank",))
+        ...     def set_lora_info(self, a): ...
+        >>> pool = Pool()
+        >>> pool.set_lora_info(torch.empty(4, 16))
+        >>> lg.unfreeze(pool)
+        >>> pool.set_lora_info(torch.empty(4, 8))   # a rebuild at rank 8
+        >>> lg.frozen_dims(pool)
+        {'rank': 8}
+    """
+    with _LOCK:
+        store = _store_of(obj, create=False)
+        if store is None:
+            return
+        for dim in dims or tuple(store.dims):
+            store.dims.pop(dim, None)
+            store.origin.pop(dim, None)
+        store.calls.clear()
+
+
+class _ShapeGuard:
+    """Everything the generated wrapper and its slow path need about one decorated function."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        specs: dict[str, DimSpec],
+        *,
+        where: Callable[[dict[str, int]], bool] | None,
+        frozen: tuple[str, ...],
+        dtypes: frozenset[Any] | None,
+        same_dtype: bool,
+        owner_param: str | None,
+    ) -> None:
+        self.fn = fn
+        self.signature = inspect.signature(fn)
+        self.specs = specs
+        self.where = where
+        self.frozen = frozen
+        self.dtypes = dtypes
+        self.dtype_names = None if dtypes is None else frozenset(
+            n for n in (dtype_name(d) for d in dtypes) if n
+        )
+        self.same_dtype = same_dtype
+        self.owner_param = owner_param
+        self.subject = fn.__qualname__
+        self.function_store = _FrozenStore()
+
+    def slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Check everything the long way, report, and call with transactional freezing."""
+        if STATE.off:
+            return self.fn(*args, **kwargs)
+        bound = self.signature.bind(*args, **kwargs)
+        values = {name: bound.arguments.get(name) for name in self.specs}
+        dims, origin, violations = bind_dims(
+            self.subject, self.specs, values, where=self.where,
+            dtypes=self.dtype_names, same_dtype=self.same_dtype,
+        )
+        if violations:
+            report(violations)
+            return self.fn(*args, **kwargs)
+        if not self.frozen:
+            return self.fn(*args, **kwargs)
+        owner = bound.arguments[self.owner_param] if self.owner_param else self
+        with _LOCK:
+            store = (
+                self.function_store if owner is self else _store_of(owner, create=True)
+            )
+            assert store is not None
+            drift = [
+                make_violation(
+                    "LG001", "frozen", self.subject, dim=dim, old=store.dims[dim],
+                    new=dims[dim], argument=origin[dim][0],
+                    shape=tuple(values[origin[dim][0]].shape),
+                    frozen_by=store.origin.get(dim, self.subject),
+                )
+                for dim in self.frozen
+                if dim in dims and dim in store.dims and store.dims[dim] != dims[dim]
+            ]
+            newly: dict[str, int] = {}
+            if not drift:
+                newly = {d: dims[d] for d in self.frozen if d in dims and d not in store.dims}
+                store.dims.update(newly)
+                store.origin.update(dict.fromkeys(newly, self.subject))
+                if all(d in dims for d in self.frozen):
+                    store.calls[id(self)] = tuple(dims[d] for d in self.frozen)
+        if drift:
+            report(drift)  # refused before the body ran: the owner's state is untouched
+            return self.fn(*args, **kwargs)
+        try:
+            return self.fn(*args, **kwargs)
+        except BaseException:
+            if newly:  # the first call failed: nothing was allocated, so freeze nothing
+                with _LOCK:
+                    for dim, value in newly.items():
+                        if store.dims.get(dim) == value:
+                            del store.dims[dim]
+                            store.origin.pop(dim, None)
+                    store.calls.pop(id(self), None)
+            raise
+
+
+def _dim_order(specs: Mapping[str, DimSpec]) -> list[tuple[str, int]]:
+    items = [(arg, i) for arg, spec in specs.items() for i in range(len(spec.dims))]
+    return sorted(items, key=lambda item: specs[item[0]].dims[item[1]].kind == "multiple")
+
+
+def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
+    """Generate the wrapper's source: the function's own signature, then straight-line checks."""
+    import torch  # a decorated function works on tensors, so torch is there already
+
+    fn, specs = guard.fn, guard.specs
+    params, call_parts, pack_args, pack_kwargs = [], [], [], []
+    namespace: dict[str, Any] = {
+        "_lg_fn": fn,
+        "_lg_state": STATE,
+        "_lg_slow": guard.slow,
+        "_lg_compiling": torch.compiler.is_dynamo_compiling,
+        "_lg_where": guard.where,
+        "_lg_dtypes": guard.dtypes,
+        "_lg_store": guard.function_store.calls,
+        "_lg_key": _STORE_KEY,
+        "_lg_mid": id(guard),
+    }
+    saw_kw_only_marker = False
+    previous_kind = None
+    for p in guard.signature.parameters.values():
+        if p.name.startswith("_lg_"):
+            raise ValueError(f"lora_guard.shapes: parameter names starting with _lg_ are "
+                             f"reserved, rename {p.name!r}")
+        if previous_kind == p.POSITIONAL_ONLY and p.kind != p.POSITIONAL_ONLY:
+            params.append("/")
+        default = ""
+        if p.default is not p.empty:
+            namespace[f"_lg_default_{p.name}"] = p.default
+            default = f"=_lg_default_{p.name}"
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            params.append(p.name + default)
+            call_parts.append(p.name)
+            pack_args.append(p.name)
+        elif p.kind == p.VAR_POSITIONAL:
+            params.append("*" + p.name)
+            call_parts.append("*" + p.name)
+            saw_kw_only_marker = True
+        elif p.kind == p.KEYWORD_ONLY:
+            if not saw_kw_only_marker:
+                params.append("*")
+                saw_kw_only_marker = True
+            params.append(p.name + default)
+            call_parts.append(f"{p.name}={p.name}")
+            pack_kwargs.append(f"{p.name!r}: {p.name}")
+        else:  # VAR_KEYWORD
+            params.append("**" + p.name)
+            call_parts.append("**" + p.name)
+            pack_kwargs.append("**" + p.name)
+        previous_kind = p.kind
+    if previous_kind == inspect.Parameter.POSITIONAL_ONLY:
+        params.append("/")
+    star = next((p.name for p in guard.signature.parameters.values()
+                 if p.kind == p.VAR_POSITIONAL), None)
+    packed = f"({', '.join(pack_args)}{',' if pack_args else ''})"
+    if star:
+        packed += f" + {star}"
+    slow_call = f"return _lg_slow({packed}, {{{', '.join(pack_kwargs)}}})"
+    call = f"return _lg_fn({', '.join(call_parts)})"
+
+    lines = [
+        f"def {fn.__name__ if fn.__name__.isidentifier() else 'wrapper'}({', '.join(params)}):",
+        "    if _lg_state.off or _lg_compiling():",
+        f"        {call}",
+        "    try:",
+    ]
+    local: dict[tuple[str, int], str] = {}
+    checks_after_len: list[str] = []
+    for k, (arg, spec) in enumerate(specs.items()):
+        n = len(spec.dims)
+        if spec.ellipsis:
+            lines.append(f"        _lg_s{k} = {arg}.shape")
+            checks_after_len.append(f"len(_lg_s{k}) < {n}")
+            for i in range(n):
+                local[(arg, i)] = f"_lg_s{k}[{spec.axis(i)}]"
+        else:
+            targets = [f"_lg_{k}_{i}" for i in range(n)]
+            if n == 0:
+                lines.append(f"        _lg_s{k} = {arg}.shape")
+                checks_after_len.append(f"len(_lg_s{k}) != 0")
+            elif n == 1:
+                lines.append(f"        ({targets[0]},) = {arg}.shape")
+            else:
+                lines.append(f"        {', '.join(targets)} = {arg}.shape")
+            for i in range(n):
+                local[(arg, i)] = targets[i]
+        if guard.dtypes is not None:
+            lines.append(f"        if {arg}.dtype not in _lg_dtypes:")
+            lines.append(f"            {slow_call}")
+    if guard.same_dtype and len(specs) > 1:
+        first, *rest = specs
+        cond = " or ".join(f"{a}.dtype != {first}.dtype" for a in rest)
+        lines.append(f"        if {cond}:")
+        lines.append(f"            {slow_call}")
+    lines += ["    except (AttributeError, TypeError, ValueError):", f"        {slow_call}"]
+    if checks_after_len:
+        lines += [f"    if {' or '.join(checks_after_len)}:", f"        {slow_call}"]
+
+    bound: set[str] = set()
+    conds: list[str] = []
+
+    def flush() -> None:
+        if conds:
+            lines.append(f"    if {' or '.join(conds)}:")
+            lines.append(f"        {slow_call}")
+            conds.clear()
+
+    for arg, i in _dim_order(specs):
+        dim, ref = specs[arg].dims[i], local[(arg, i)]
+        if dim.kind == "literal":
+            conds.append(f"{ref} != {dim.value}")
+        elif dim.kind == "name":
+            if dim.name in bound:
+                conds.append(f"{ref} != _lg_d_{dim.name}")
+            else:
+                flush()
+                lines.append(f"    _lg_d_{dim.name} = {ref}")
+                bound.add(dim.name)
+        elif dim.kind == "multiple":
+            if dim.name in bound:
+                conds.append(f"{ref} != {dim.value} * _lg_d_{dim.name}")
+            else:
+                conds.append(f"{ref} % {dim.value}")
+                flush()
+                lines.append(f"    _lg_d_{dim.name} = {ref} // {dim.value}")
+                bound.add(dim.name)
+    flush()
+    if guard.where is not None:
+        mapping = ", ".join(f"{name!r}: _lg_d_{name}" for name in sorted(bound))
+        lines += [f"    if not _lg_where({{{mapping}}}):", f"        {slow_call}"]
+    if guard.frozen:
+        values = ", ".join(f"_lg_d_{d}" for d in guard.frozen) + ","
+        if guard.owner_param:
+            lines += [
+                "    try:",
+                f"        _lg_fz = {guard.owner_param}.__dict__[_lg_key].calls[_lg_mid]",
+                "    except (AttributeError, KeyError, TypeError):",
+                f"        {slow_call}",
+            ]
+        else:
+            lines += ["    _lg_fz = _lg_store.get(_lg_mid)"]
+        lines += [f"    if _lg_fz != ({values}):", f"        {slow_call}"]
+    lines.append(f"    {call}")
+    source = "\n".join(lines) + "\n"
+    filename = f"<lora_guard.shapes {fn.__module__}.{fn.__qualname__}>"
+    code = compile(source, filename, "exec")
+    exec(code, namespace)  # noqa: S102 - our own generated source, as attrs does
+    wrapper = namespace[lines[0][4:].split("(", 1)[0]]
+    wrapper.__lora_guard_source__ = source
+    return cast("Callable[..., Any]", wrapper)
+
+
+def _dtype_set(dtypes: Iterable[Any]) -> frozenset[Any]:
+    import torch
+
+    out = set()
+    for d in dtypes:
+        if isinstance(d, torch.dtype):
+            out.add(d)
+            continue
+        name = dtype_name(d) if isinstance(d, str) else None
+        candidate = getattr(torch, name, None) if name else None
+        if not isinstance(candidate, torch.dtype):
+            raise ValueError(
+                f"lora_guard.shapes(dtypes=...): {d!r} is not a torch dtype; "
+                "pass e.g. (torch.bfloat16, torch.float16) or ('bfloat16', 'float16')"
+            )
+        out.add(candidate)
+    return frozenset(out)
+
+
+def shapes(
+    specs: Mapping[str, str] | None = None,
+    /,
+    *,
+    where: Callable[[dict[str, int]], bool] | None = None,
+    frozen: Iterable[str] = (),
+    dtypes: Iterable[Any] | None = None,
+    same_dtype: bool = False,
+    **arg_specs: str,
+) -> Callable[[F], F]:
+    """Declare each tensor argument's dims; check them on every call, before the body runs.
+
+    Args:
+        specs: optional mapping argument -> spec, for arguments whose names clash with the
+            options below; otherwise pass specs as keywords.
+        where: a predicate over the bound dims (a dict); False raises LG004.
+        frozen: dims bound per instance (per function for plain functions) by the first call
+            that passes; a later call with another value raises LG001 before the body runs.
+        dtypes: the dtypes allowed for every guarded argument (LG004 otherwise).
+        same_dtype: every guarded argument must share one dtype (LG004 otherwise).
+        **arg_specs: argument name -> dim spec: space-separated names (bound across
+            arguments), integers, ``_``, ``k*name`` / ``name*k``, and a leading ``...``.
+
+    Guards read ``.shape`` and ``.dtype`` only: they work on ``device="meta"`` tensors, never
+    allocate or synchronise, and stand aside under ``torch.compile`` tracing. An argument that
+    is None is skipped. In mode ``off`` the decorator returns the function undecorated.
+
+    Example:
+        >>> import lora_guard as lg, torch
+        >>> class Pool:
+        ...     @lg.shapes(a="slots 2*rank hidden", b="slots out rank", frozen=("slots", "rank"))
+        ...     def set_lora_info(self, a, b): ...
+        >>> pool = Pool()
+        >>> pool.set_lora_info(torch.empty(4, 32, 64), torch.empty(4, 128, 16))
+        >>> pool.set_lora_info(torch.empty(4, 16, 64), torch.empty(4, 128, 8))
+        Traceback (most recent call last):
+        ...
+        lora_guard.PoolShapeDriftError: LG001 pool-shape-drift: Pool.set_lora_info: dim 'rank' was frozen at 16 ...
+    """
+    all_specs = {**(dict(specs) if specs is not None else {}), **arg_specs}
+    if not all_specs:
+        raise TypeError(
+            "lora_guard.shapes needs at least one argument spec, e.g. "
+            "@lg.shapes(a='slots rank hidden', b='slots hidden rank')"
+        )
+    parsed = {arg: parse_spec(text, argument=arg) for arg, text in all_specs.items()}
+    names = {n for spec in parsed.values() for n in spec.names}
+    frozen_t = (frozen,) if isinstance(frozen, str) else tuple(frozen)
+    unknown = [d for d in frozen_t if d not in names]
+    if unknown:
+        raise ValueError(
+            f"lora_guard.shapes(frozen=...): {unknown} are not dims named in the specs "
+            f"(named: {sorted(names)}); freeze only dims that some argument binds."
+        )
+    if where is not None and not callable(where):
+        raise TypeError("lora_guard.shapes(where=...) must be a callable taking a dict of dims")
+    dtype_set = None if dtypes is None else _dtype_set(dtypes)
+
+    def decorate(fn: F) -> F:
+        if STATE.off:
+            return fn
+        if isinstance(fn, (staticmethod, classmethod)):
+            return cast(F, type(fn)(decorate(fn.__func__)))
+        if not callable(fn):
+            raise TypeError(f"lora_guard.shapes decorates a function, got {type(fn).__name__}")
+        params = inspect.signature(fn).parameters
+        missing = [arg for arg in parsed if arg not in params]
+        if missing:
+            raise TypeError(
+                f"lora_guard.shapes on {fn.__qualname__}: {missing} are not parameters "
+                f"(parameters: {list(params)}); name the tensor arguments as the function does."
+            )
+        first = next(iter(params), None)
+        owner = first if first in ("self", "cls") else None
+        guard = _ShapeGuard(
+            fn, parsed, where=where, frozen=frozen_t, dtypes=dtype_set,
+            same_dtype=same_dtype, owner_param=owner,
+        )
+        wrapper = _compile(guard)
+        functools.update_wrapper(wrapper, fn)
+        wrapper.__lora_guard__ = guard  # type: ignore[attr-defined]
+        return cast(F, wrapper)
+
+    return decorate
+
