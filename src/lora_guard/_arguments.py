@@ -8,7 +8,7 @@ from typing import Any, Union
 
 __all__ = ["ArgSelector", "selector"]
 
-ArgSelector = Union[str, Callable[[Mapping[str, Any]], Any]]
+ArgSelector = Union[str, Callable[[Mapping[str, Any]], Any]]  # noqa: UP007 - a runtime alias
 """An argument name, or a callable over the bound arguments (name -> value, defaults applied)."""
 
 

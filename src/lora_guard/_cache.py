@@ -24,10 +24,10 @@ def _check_on_collision(value: object, where: str) -> OnCollision:
             f"{where}(on_collision=...) must be 'raise' (refuse the stale entry with LG003) or "
             f"'evict' (replace it with the new weight), got {value!r}"
         )
-    return cast(OnCollision, value)
+    return value
 
 
-class GuardedCache(wrapt.ObjectProxy):  # type: ignore[misc]
+class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
     """A transparent proxy over a weight cache that refuses a key collision (LG003).
 
     The code that holds the dict keeps using it as a dict (``isinstance(cache, dict)`` holds);
@@ -41,7 +41,7 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[misc]
         >>> store["q_proj.lora_A#tp0"] = torch.empty(8, 64)
         Traceback (most recent call last):
         ...
-        lora_guard.CacheKeyCollisionError: LG003 cache-key-collision: cache key 'q_proj.lora_A#tp0' holds a tensor of shape (16, 64) ...
+        lora_guard.CacheKeyCollisionError: LG003 cache-key-collision: cache key ...
         >>> store["q_proj.lora_A#tp0"].shape
         torch.Size([16, 64])
     """
@@ -60,7 +60,8 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[misc]
     @property
     def on_collision(self) -> OnCollision:
         """``"raise"`` or ``"evict"``."""
-        return cast(OnCollision, self._self_on_collision)
+        on_collision: OnCollision = self._self_on_collision
+        return on_collision
 
     # Hot methods are defined here rather than delegated: a proxy attribute lookup costs
     # several times a direct call.
@@ -145,7 +146,7 @@ def guard_cache_lookup(
         >>> get_cached(store, "layers.0.q_proj.lora_A", torch.empty(8, 64))
         Traceback (most recent call last):
         ...
-        lora_guard.CacheKeyCollisionError: LG003 cache-key-collision: cache key 'layers.0.q_proj.lora_A' holds a tensor of shape (16, 64) ...
+        lora_guard.CacheKeyCollisionError: LG003 cache-key-collision: cache key ...
     """
     mode = _check_on_collision(on_collision, "lora_guard.guard_cache_lookup")
     name = "lora_guard.guard_cache_lookup"

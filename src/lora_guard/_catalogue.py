@@ -57,6 +57,39 @@ class Invariant:
         """The first fix, one line."""
         return self.fixes[0]
 
+    def explain(self) -> str:
+        """The whole entry as Markdown: what ``lora-guard explain`` prints and the docs show.
+
+        Example:
+            >>> import lora_guard as lg
+            >>> print(lg.INVARIANTS["LG003"].explain().splitlines()[0])
+            ## LG003 cache-key-collision: One cache key maps to tensors of different shape or dtype
+        """
+        def bullets(items: tuple[str, ...]) -> str:
+            return "\n".join(f"- {item}" for item in items)
+
+        parts = [
+            f"## {self.code} {self.slug}: {self.title}",
+            f"Raised as `lora_guard.{self.error}`.",
+            self.summary,
+            f"**When it happens**\n\n{bullets(self.triggers)}",
+        ]
+        if self.situations:
+            parts.append(f"**Common situations**\n\n{bullets(self.situations)}")
+        parts.append(
+            "**How to fix it**\n\n"
+            + "\n".join(f"{i}. {fix}" for i, fix in enumerate(self.fixes, 1))
+        )
+        if self.example:
+            parts.append(f"**Example**\n\n```python\n{self.example.rstrip()}\n```")
+        parts.append(
+            "**What you see**\n\n"
+            + "\n".join(f"- `{text}`" for text in self.messages.values())
+        )
+        if self.raised_by:
+            parts.append("**Reported by**: " + ", ".join(f"`{r}`" for r in self.raised_by))
+        return "\n\n".join(parts) + "\n"
+
 
 def _entry(**kwargs: object) -> Invariant:
     code = str(kwargs["code"])
@@ -378,7 +411,11 @@ _ENTRIES = (
             "Re-save the adapter so every module has both lora_A and lora_B.",
             "Drop the orphan module from the weights and from target_modules.",
         ),
-        example="# the weights must hold pairs:\nx.lora_A.weight  (r, in)\nx.lora_B.weight  (out, r)\n",
+        example=(
+            "# the weights must hold pairs:\n"
+            "x.lora_A.weight  (r, in)\n"
+            "x.lora_B.weight  (out, r)\n"
+        ),
         error="AdapterError",
         messages={
             "orphan": "{subject}: {module} has {present} but no {missing}.",

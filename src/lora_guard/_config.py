@@ -23,7 +23,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 class _State:
     """Process-wide settings, read on every guarded call, so plain attributes."""
 
-    __slots__ = ("mode", "off", "sinks", "lock")
+    __slots__ = ("lock", "mode", "off", "sinks")
 
     def __init__(self) -> None:
         self.mode: Mode = "raise"
@@ -42,7 +42,7 @@ def _check_mode(mode: object, source: str) -> Mode:
             f"{source} must be one of {', '.join(map(repr, MODES))}, got {mode!r}; "
             "use 'raise' in production, 'warn' or 'record' to observe without refusing."
         )
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 def configure(*, mode: Mode) -> None:
@@ -150,8 +150,8 @@ def recording() -> Iterator[Recording]:
         >>> lg.configure(mode="record")
         >>> with lg.recording() as rec:
         ...     lg.check_slot_maps({"a": 0}, {0: "b"})
-        >>> rec.codes
-        ['LG201']
+        >>> rec.codes   # 'a' -> 0 but 0 holds 'b'; and 'b' sits in 0 but maps nowhere
+        ['LG201', 'LG201']
         >>> lg.configure(mode="raise")
     """
     rec = Recording()

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
-from ._checks import dtype_name
+from ._checks import dtype_name, shape_of
 from ._config import STATE, report
 from ._dims import DimSpec, bind_dims, parse_spec
 from ._errors import make_violation
@@ -34,7 +34,7 @@ _UNWEAKREFABLE_STORES: dict[int, tuple[Any, _FrozenStore]] = {}
 class _FrozenStore:
     """The dims frozen on one owner (instance, class, or plain function)."""
 
-    __slots__ = ("dims", "calls", "origin", "__weakref__")
+    __slots__ = ("__weakref__", "calls", "dims", "origin")
 
     def __init__(self) -> None:
         self.dims: dict[str, int] = {}
@@ -60,14 +60,17 @@ def _store_of(owner: Any, *, create: bool) -> _FrozenStore | None:
     except TypeError:
         namespace = None
     if namespace is not None:
-        store = namespace.get(_STORE_KEY)
-        if store is None and create:
-            store = _FrozenStore()
-            if isinstance(owner, type):
-                setattr(owner, _STORE_KEY, store)
-            else:
-                namespace[_STORE_KEY] = store
-        return cast("_FrozenStore | None", store)
+        found = namespace.get(_STORE_KEY)
+        if isinstance(found, _FrozenStore):
+            return found
+        if not create:
+            return None
+        created = _FrozenStore()
+        if isinstance(owner, type):
+            setattr(owner, _STORE_KEY, created)
+        else:
+            namespace[_STORE_KEY] = created
+        return created
     try:
         store = _FOREIGN_STORES.get(owner)
         if store is None and create:
@@ -178,7 +181,7 @@ class _ShapeGuard:
                 make_violation(
                     "LG001", "frozen", self.subject, dim=dim, old=store.dims[dim],
                     new=dims[dim], argument=origin[dim][0],
-                    shape=tuple(values[origin[dim][0]].shape),
+                    shape=shape_of(values[origin[dim][0]]),
                     frozen_by=store.origin.get(dim, self.subject),
                 )
                 for dim in self.frozen
@@ -357,7 +360,7 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
     source = "\n".join(lines) + "\n"
     filename = f"<lora_guard.shapes {fn.__module__}.{fn.__qualname__}>"
     code = compile(source, filename, "exec")
-    exec(code, namespace)  # noqa: S102 - our own generated source, as attrs does
+    exec(code, namespace)
     wrapper = namespace[lines[0][4:].split("(", 1)[0]]
     wrapper.__lora_guard_source__ = source
     return cast("Callable[..., Any]", wrapper)
@@ -419,7 +422,7 @@ def shapes(
         >>> pool.set_lora_info(torch.empty(4, 16, 64), torch.empty(4, 128, 8))
         Traceback (most recent call last):
         ...
-        lora_guard.PoolShapeDriftError: LG001 pool-shape-drift: Pool.set_lora_info: dim 'rank' was frozen at 16 ...
+        lora_guard.PoolShapeDriftError: LG001 pool-shape-drift: Pool.set_lora_info: dim 'rank' ...
     """
     all_specs = {**(dict(specs) if specs is not None else {}), **arg_specs}
     if not all_specs:
