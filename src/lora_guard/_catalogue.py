@@ -146,8 +146,16 @@ _ENTRIES = (
             "expected": (
                 "{subject}: pool dim '{dim}' is {new}, but the server expects {old}."
             ),
+            "hotswap": (
+                "{subject}: {key} has rank {new}, above the rank {old} that "
+                "prepare_model_for_compiled_hotswap padded the model to; PEFT would replace the "
+                "padded tensor (torch.utils.swap_tensors) and break the compiled model's fixed "
+                "shapes. Pass target_rank={new} or more to prepare_model_for_compiled_hotswap "
+                "before compiling; the swap was refused before any weight was written."
+            ),
         },
-        raised_by=("@lg.shapes(frozen=...)", "lg.pool_shapes_stable", "integrations.sglang"),
+        raised_by=("@lg.shapes(frozen=...)", "lg.pool_shapes_stable", "integrations.sglang",
+                   "integrations.peft"),
     ),
     _entry(
         code="LG002",
@@ -490,8 +498,14 @@ _ENTRIES = (
         error="AdapterError",
         messages={
             "feature": "{subject}: uses {feature} ({value}), which the server does not serve.",
+            "hotswap-config": (
+                "{subject}: the new adapter's {key} is {new!r} but the loaded adapter's is "
+                "{old!r}; a hot-swap keeps the loaded adapter's {key}, so the swapped model "
+                "would compute another function than the adapter was trained for."
+            ),
         },
-        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm"),
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
+                   "integrations.sglang", "integrations.peft"),
     ),
     _entry(
         code="LG106",
@@ -675,7 +689,7 @@ _ENTRIES = (
         error="RegistryError",
         messages={
             "not-inverse": (
-                "{subject}: adapter {uid!r} maps to slot {slot}, but slot {slot} holds {other!r}."
+                "{subject}: adapter {uid!r} maps to slot {slot}, but slot {slot} holds {other}."
             ),
             "stale": "{subject}: slot {slot} holds {uid!r}, but {uid!r} maps to {mapped}.",
             "range": "{subject}: adapter {uid!r} maps to slot {slot}, outside 0..{last}.",

@@ -168,6 +168,11 @@ def check_cache_entry(key: object, cached: Any, weight: Any) -> Violation | None
     """LG003 when ``cached`` (stored under ``key``) differs from ``weight`` in shape or dtype."""
     if cached is None:
         return None
+    try:  # the hit path: two attribute compares, no conversions
+        if cached.shape == weight.shape and cached.dtype == weight.dtype:
+            return None
+    except AttributeError:
+        pass
     old_shape, new_shape = shape_of(cached), shape_of(weight)
     old_dtype, new_dtype = dtype_name(cached), dtype_name(weight)
     if old_shape == new_shape and old_dtype == new_dtype:
@@ -212,7 +217,8 @@ def check_slot_maps_violations(
             found.append(
                 make_violation(
                     "LG201", "not-inverse", subject,
-                    uid=uid, slot=slot, other=holder.get(slot, "nothing"),
+                    uid=uid, slot=slot,
+                    other=repr(holder[slot]) if slot in holder else "nothing",
                 )
             )
     for slot, uid in holder.items():

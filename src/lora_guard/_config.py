@@ -162,26 +162,32 @@ def recording() -> Iterator[Recording]:
         remove_sink(rec._add)
 
 
-def _location() -> str:
-    """The first frame outside lora_guard: where the user's code hit the guard."""
-    frame = sys._getframe(2)
-    while frame is not None and os.path.dirname(
-        os.path.abspath(frame.f_code.co_filename)
-    ).startswith(_PACKAGE_DIR):
+def _is_ours(filename: str) -> bool:
+    return filename.startswith("<lora_guard") or os.path.dirname(
+        os.path.abspath(filename)).startswith(_PACKAGE_DIR)
+
+
+def _caller() -> tuple[str, int]:
+    """Where the user's code hit the guard (``file:line in function``), and the stacklevel
+    that points a warning there: the first frame outside lora_guard and its generated code."""
+    frame = sys._getframe(1)
+    depth = 1
+    while frame is not None and _is_ours(frame.f_code.co_filename):
         frame = frame.f_back  # type: ignore[assignment]
+        depth += 1
     if frame is None:
-        return ""
-    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        return "", 2
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}", depth
 
 
-def report(violations: Sequence[Violation], *, stacklevel: int = 3) -> None:
+def report(violations: Sequence[Violation]) -> None:
     """Report violations according to the mode; raises in ``raise`` mode.
 
     Every guard ends here, so the mode, the recorders and the pytest plugin see one stream.
     """
     if STATE.off or not violations:
         return
-    location = _location()
+    location, stacklevel = _caller()
     violations = [v if v.location else replace(v, location=location) for v in violations]
     for sink in STATE.sinks:
         for v in violations:
@@ -196,7 +202,7 @@ def report(violations: Sequence[Violation], *, stacklevel: int = 3) -> None:
 
 def refuse(violations: Sequence[Violation]) -> NoReturn:
     """Raise regardless of mode: for checks whose callers asked for an exception."""
-    location = _location()
+    location, _ = _caller()
     violations = [v if v.location else replace(v, location=location) for v in violations]
     for sink in STATE.sinks:
         for v in violations:

@@ -52,6 +52,14 @@ class Violation:
     location: str = ""
     """Where it was observed (``file:line in function``), when known."""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.details, types.MappingProxyType):  # read-only, whatever came in
+            object.__setattr__(self, "details", types.MappingProxyType(dict(self.details)))
+
+    def __reduce__(self) -> tuple[Any, ...]:  # mapping proxies don't pickle; dicts do
+        return (Violation, (self.code, self.message, self.hint, self.subject,
+                            dict(self.details), self.location))
+
     @property
     def invariant(self) -> str:
         """The invariant's slug, e.g. ``"pool-shape-drift"``."""
@@ -210,6 +218,4 @@ def make_violation(
     """Build a violation of ``code`` with the message template ``variant`` of its entry."""
     inv: Invariant = INVARIANTS[code]
     message = inv.messages[variant].format(subject=subject, **details)
-    return Violation(
-        code, message, hint or inv.hint, subject, types.MappingProxyType(dict(details))
-    )
+    return Violation(code, message, hint or inv.hint, subject, details)

@@ -38,16 +38,17 @@ class _FrozenStore:
 
     def __init__(self) -> None:
         self.dims: dict[str, int] = {}
-        # Per guarded function: the tuple of its frozen dims, read by the fast path.
-        self.calls: dict[int, tuple[int, ...]] = {}
         self.origin: dict[str, str] = {}  # dim -> function that froze it
+        # For plain functions: guard key -> the tuple of its frozen dims, read by the fast
+        # path. On instances and classes those tuples live in the owner's own __dict__ (one
+        # dict lookup per call); ``calls`` then only remembers which keys were set there.
+        self.calls: dict[str, tuple[int, ...]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        # ``calls`` is keyed by id(guard) of this process: never carry it across a pickle.
-        return {"dims": self.dims, "origin": self.origin}
+        return {"dims": self.dims, "origin": self.origin, "calls": self.calls}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.dims, self.origin, self.calls = state["dims"], state["origin"], {}
+        self.dims, self.origin, self.calls = state["dims"], state["origin"], state["calls"]
 
 
 def _store_of(owner: Any, *, create: bool) -> _FrozenStore | None:
@@ -125,7 +126,40 @@ def unfreeze(obj: object, *dims: str) -> None:
         for dim in dims or tuple(store.dims):
             store.dims.pop(dim, None)
             store.origin.pop(dim, None)
-        store.calls.clear()
+        _drop_fast_entries(obj, store)
+
+
+def _namespace(owner: Any) -> dict[str, Any] | None:
+    try:
+        namespace = vars(owner)
+    except TypeError:
+        return None
+    return namespace if isinstance(namespace, dict) else None
+
+
+def _set_fast_entry(owner: Any, store: _FrozenStore, key: str, dims: tuple[int, ...]) -> None:
+    store.calls[key] = dims
+    if owner is None:
+        return
+    if isinstance(owner, type):
+        setattr(owner, key, dims)
+    else:
+        namespace = _namespace(owner)
+        if namespace is not None:
+            namespace[key] = dims
+
+
+def _drop_fast_entries(owner: Any, store: _FrozenStore, *keys: str) -> None:
+    owner = getattr(owner, "__self__", owner)
+    for key in keys or tuple(store.calls):
+        store.calls.pop(key, None)
+        if isinstance(owner, type):
+            if key in vars(owner):
+                delattr(owner, key)
+        else:
+            namespace = _namespace(owner)
+            if namespace is not None:
+                namespace.pop(key, None)
 
 
 class _ShapeGuard:
@@ -155,6 +189,8 @@ class _ShapeGuard:
         self.owner_param = owner_param
         self.subject = fn.__qualname__
         self.function_store = _FrozenStore()
+        # Stable across processes (pickled instances keep working), unique per function.
+        self.fast_key = f"__lora_guard_{fn.__module__}.{fn.__qualname__}__"
 
     def slow(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Check everything the long way, report, and call with transactional freezing."""
@@ -193,7 +229,8 @@ class _ShapeGuard:
                 store.dims.update(newly)
                 store.origin.update(dict.fromkeys(newly, self.subject))
                 if all(d in dims for d in self.frozen):
-                    store.calls[id(self)] = tuple(dims[d] for d in self.frozen)
+                    _set_fast_entry(None if owner is self else owner, store, self.fast_key,
+                                    tuple(dims[d] for d in self.frozen))
         if drift:
             report(drift)  # refused before the body ran: the owner's state is untouched
             return self.fn(*args, **kwargs)
@@ -206,7 +243,8 @@ class _ShapeGuard:
                         if store.dims.get(dim) == value:
                             del store.dims[dim]
                             store.origin.pop(dim, None)
-                    store.calls.pop(id(self), None)
+                    _drop_fast_entries(None if owner is self else owner, store,
+                                       self.fast_key)
             raise
 
 
@@ -228,9 +266,8 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
         "_lg_compiling": torch.compiler.is_dynamo_compiling,
         "_lg_where": guard.where,
         "_lg_dtypes": guard.dtypes,
-        "_lg_store": guard.function_store.calls,
-        "_lg_key": _STORE_KEY,
-        "_lg_mid": id(guard),
+        "_lg_calls": guard.function_store.calls,
+        "_lg_key": guard.fast_key,
     }
     saw_kw_only_marker = False
     previous_kind = None
@@ -349,12 +386,12 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
         if guard.owner_param:
             lines += [
                 "    try:",
-                f"        _lg_fz = {guard.owner_param}.__dict__[_lg_key].calls[_lg_mid]",
-                "    except (AttributeError, KeyError, TypeError):",
+                f"        _lg_fz = {guard.owner_param}.__dict__.get(_lg_key)",
+                "    except AttributeError:",
                 f"        {slow_call}",
             ]
         else:
-            lines += ["    _lg_fz = _lg_store.get(_lg_mid)"]
+            lines += ["    _lg_fz = _lg_calls.get(_lg_key)"]
         lines += [f"    if _lg_fz != ({values}):", f"        {slow_call}"]
     lines.append(f"    {call}")
     source = "\n".join(lines) + "\n"

@@ -1,0 +1,175 @@
+"""Cost of the runtime guards on their hot paths, side by side in one run.
+
+    python bench/bench_guards.py [--json FILE] [--number N]
+
+Rows (ns per call, median of 7 repeats):
+- the same two-tensor pool update: plain call; the checks written by hand inline (isinstance,
+  ndim, dtype, shape agreement, dims frozen at first call); `@lg.shapes` doing the same
+  checks; jaxtyping + beartype doing what it can of them (dims within one call only);
+- a weight-cache lookup: dict.get, lg.GuardedCache.get, wrapt.ObjectProxy.get;
+- the pinned-weight get-or-create with @lg.guard_cache_lookup vs unguarded;
+- LayoutRegistry.admit of one MoE adapter's weights (metadata only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import timeit
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import wrapt
+
+import lora_guard as lg
+
+REPEATS = 7
+
+
+def measure(stmt: Callable[[], Any], number: int) -> float:
+    times = timeit.repeat(stmt, number=number, repeat=REPEATS)
+    return statistics.median(times) / number * 1e9
+
+
+class PlainPool:
+    def set_lora_info(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        pass
+
+
+class HandCheckedPool:
+    """What engines write today, done thoroughly: one tuple of frozen dims per instance."""
+
+    def __init__(self) -> None:
+        self._frozen: tuple[int, int] | None = None
+
+    def set_lora_info(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            raise TypeError("a and b must be tensors")
+        if a.ndim != 3 or b.ndim != 3:
+            raise ValueError("a and b must be 3D")
+        if a.dtype != b.dtype:
+            raise ValueError("dtype mismatch")
+        sa, sb = a.shape, b.shape
+        if sa[0] != sb[0] or sa[1] != sb[2] or sa[2] != sb[1]:
+            raise ValueError("shape mismatch")
+        if self._frozen is None:
+            self._frozen = (sa[0], sa[1])
+        elif self._frozen != (sa[0], sa[1]):
+            raise RuntimeError("pool shape changed")
+
+
+class GuardedPool:
+    @lg.shapes(a="slots rank hidden", b="slots hidden rank", frozen=("slots", "rank"),
+               same_dtype=True)
+    def set_lora_info(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        pass
+
+
+def jaxtyping_pool() -> Any:
+    try:
+        from beartype import beartype
+        from jaxtyping import Float, jaxtyped
+    except ImportError:
+        return None
+
+    class JaxPool:
+        @jaxtyped(typechecker=beartype)
+        def set_lora_info(
+            self, a: Float[torch.Tensor, "s r h"], b: Float[torch.Tensor, "s h r"]
+        ) -> None:
+            pass
+
+    return JaxPool()
+
+
+def moe_weights() -> dict[str, tuple[int, ...]]:
+    weights = {}
+    for layer in range(48):
+        p = f"base_model.model.model.layers.{layer}.mlp.experts"
+        weights[f"{p}.gate_up_proj.lora_A"] = (1, 32, 2048)
+        weights[f"{p}.gate_up_proj.lora_B"] = (64, 1536, 16)
+        weights[f"{p}.down_proj.lora_A"] = (64, 16, 768)
+        weights[f"{p}.down_proj.lora_B"] = (1, 2048, 16)
+    return weights
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    parser.add_argument("--number", type=int, default=200_000, help="calls per repeat")
+    args = parser.parse_args()
+    n = args.number
+
+    a, b = torch.empty(8, 16, 4096, device="meta"), torch.empty(8, 4096, 16, device="meta")
+    rows: list[dict[str, Any]] = []
+
+    def row(group: str, name: str, stmt: Callable[[], Any], number: int = n) -> None:
+        ns = measure(stmt, number)
+        rows.append({"group": group, "name": name, "ns_per_call": round(ns, 1)})
+        print(f"{group:<22} {name:<44} {ns:>10.0f} ns", flush=True)
+
+    plain, hand, guarded = PlainPool(), HandCheckedPool(), GuardedPool()
+    guarded.set_lora_info(a, b)
+    hand.set_lora_info(a, b)
+    row("pool update (2 tensors)", "plain call, no check", lambda: plain.set_lora_info(a, b))
+    row("pool update (2 tensors)", "hand-written checks inline",
+        lambda: hand.set_lora_info(a, b))
+    row("pool update (2 tensors)", "@lg.shapes (same checks + frozen dims)",
+        lambda: guarded.set_lora_info(a, b))
+    jax = jaxtyping_pool()
+    if jax is not None:
+        ca, cb = torch.empty(8, 16, 64), torch.empty(8, 64, 16)
+        row("pool update (2 tensors)", "jaxtyping + beartype (one call only)",
+            lambda: jax.set_lora_info(ca, cb), number=max(n // 20, 1000))
+    lg.configure(mode="off")  # decorate while off: the decorator returns the plain function
+
+    class OffPool:
+        @lg.shapes(a="slots rank hidden", b="slots hidden rank", frozen=("slots", "rank"))
+        def set_lora_info(self, a: torch.Tensor, b: torch.Tensor) -> None:
+            pass
+
+    lg.configure(mode="raise")
+    off_guarded = OffPool()
+    row("pool update (2 tensors)", "@lg.shapes applied in mode 'off'",
+        lambda: off_guarded.set_lora_info(a, b))
+
+    store: dict[str, torch.Tensor] = {f"k{i}": a for i in range(64)}
+    guarded_store = lg.GuardedCache(dict(store))
+    proxy = wrapt.ObjectProxy(dict(store))
+    row("cache lookup", "dict.get", lambda: store.get("k7"))
+    row("cache lookup", "lg.GuardedCache.get", lambda: guarded_store.get("k7"))
+    row("cache lookup", "wrapt.ObjectProxy.get", lambda: proxy.get("k7"))
+
+    def get_or_create(pinned_weight_store: dict[str, Any], cache_key: str,
+                      weight: torch.Tensor) -> torch.Tensor:
+        cached = pinned_weight_store.get(cache_key)
+        if cached is None:
+            cached = pinned_weight_store[cache_key] = weight
+        return cached
+
+    guarded_get = lg.guard_cache_lookup(store="pinned_weight_store", key="cache_key",
+                                        weight="weight")(get_or_create)
+    row("pinned-weight lookup", "unguarded get-or-create",
+        lambda: get_or_create(store, "k7", a))
+    row("pinned-weight lookup", "@lg.guard_cache_lookup",
+        lambda: guarded_get(store, "k7", a))
+
+    weights = moe_weights()
+    registry = lg.LayoutRegistry()
+    row("MoE admission", f"LayoutRegistry.admit ({len(weights)} weights)",
+        lambda: registry.admit("math", weights), number=max(n // 1000, 50))
+
+    meta = {"python": sys.version.split()[0], "torch": torch.__version__,
+            "machine": platform.machine(), "number": n, "repeats": REPEATS}
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"meta": meta, "rows": rows}, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
