@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +183,3 @@ def bind_dims(
         found.append(make_violation("LG004", "where", subject, dims=dims))
     return dims, {name: (b.argument, b.axis) for name, b in bound.items()}, found
 
-
-def spec_names(specs: Sequence[DimSpec]) -> set[str]:
-    return {name for spec in specs for name in spec.names}

@@ -10,7 +10,7 @@ from typing import Any, TypeVar, cast
 from ._arguments import ArgSelector, selector
 from ._checks import MoELayout, check_moe_layouts, weights_of
 from ._config import STATE, report
-from ._errors import make_violation
+from ._errors import Violation, make_violation
 
 __all__ = ["LayoutRegistry", "detect_moe_layout", "guard_adapter_load"]
 
@@ -97,9 +97,9 @@ class LayoutRegistry:
         if not isinstance(adapter_id, str) or not adapter_id:
             raise TypeError(f"adapter_id must be a non-empty string, got {adapter_id!r}")
         subject = f"adapter {adapter_id!r}"
-        layout, violations = check_moe_layouts(subject, weights_of(weights))
-        if violations:
-            report(violations)
+        layout, mixed = check_moe_layouts(subject, weights_of(weights))
+        report(mixed)
+        violations: list[Violation] = []
         with self._lock:
             pool = self._pool_layout(excluding=adapter_id)
             if layout is not None and pool is not None and layout is not pool:
@@ -111,19 +111,18 @@ class LayoutRegistry:
                     )
                 ]
             else:
-                violations = []
-                self._forget(adapter_id)
-                self._adapters[adapter_id] = layout
-                if layout is not None:
-                    self._by_layout.setdefault(layout, {})[adapter_id] = None
+                self._record(adapter_id, layout)
         if violations:
             report(violations)  # outside the lock: a warn-mode handler may call back in
-            with self._lock:  # warn/record: the caller proceeds, so the pool holds it too
-                self._forget(adapter_id)
-                self._adapters[adapter_id] = layout
-                if layout is not None:
-                    self._by_layout.setdefault(layout, {})[adapter_id] = None
+            with self._lock:  # warn/record mode: the caller proceeds, so the pool holds it
+                self._record(adapter_id, layout)
         return layout
+
+    def _record(self, adapter_id: str, layout: MoELayout | None) -> None:
+        self._forget(adapter_id)
+        self._adapters[adapter_id] = layout
+        if layout is not None:
+            self._by_layout.setdefault(layout, {})[adapter_id] = None
 
     def _forget(self, adapter_id: str) -> None:
         layout = self._adapters.pop(adapter_id, None)
