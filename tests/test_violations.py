@@ -37,6 +37,8 @@ def test_each_entry_is_complete(code: str) -> None:
     inv = lg.INVARIANTS[code]
     assert inv.code == code and inv.title and inv.summary and inv.triggers and inv.fixes
     assert inv.hint == inv.fixes[0] and "\n" not in inv.hint
+    for variant, index in inv.variant_fixes.items():
+        assert variant in inv.messages and 0 <= index < len(inv.fixes)
     cls = error_class(code)
     assert issubclass(cls, lg.LoRAGuardError) and issubclass(cls, BUILTIN[inv.error])
     assert getattr(lg, inv.error) is cls

@@ -49,6 +49,8 @@ class Invariant:
     """A before/after fix, as code."""
     raised_by: tuple[str, ...] = ()
     """The guards, checks and integrations that report it."""
+    variant_fixes: Mapping[str, int] = field(default_factory=dict)
+    """For a message variant whose best fix is not the first: variant -> index in `fixes`."""
     docs: str = field(default="")
     """Anchor of its section in the invariants reference."""
 
@@ -56,6 +58,10 @@ class Invariant:
     def hint(self) -> str:
         """The first fix, one line."""
         return self.fixes[0]
+
+    def hint_for(self, variant: str) -> str:
+        """The fix that fits a message variant best (the first fix unless the entry says)."""
+        return self.fixes[self.variant_fixes.get(variant, 0)]
 
     def explain(self) -> str:
         """The whole entry as Markdown: what ``lora-guard explain`` prints and the docs show.
@@ -465,6 +471,7 @@ _ENTRIES = (
             "grammar": "{subject}: tensor key {key!r} is not LoRA key grammar.",
         },
         raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm"),
+        variant_fixes={"grammar": 1},
     ),
     _entry(
         code="LG105",
@@ -486,7 +493,7 @@ _ENTRIES = (
         ),
         fixes=(
             "Retrain without the feature, or serve the adapter on an engine that implements it "
-            "(then pass ServingLimits(allow={...}) naming the feature).",
+            "(then allow it: lora-guard check --allow dora,... or ServingLimits(allow={...})).",
             "Merge the feature into the base model and serve the merged model.",
         ),
         example=(
@@ -633,7 +640,8 @@ _ENTRIES = (
             ),
             "vocab": "{subject}: {key} has vocab dim {got}, the base model's vocab is {expected}.",
         },
-        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm"),
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
+                   "integrations.sglang", "integrations.peft"),
     ),
     _entry(
         code="LG110",
@@ -716,6 +724,9 @@ _ENTRIES = (
         fixes=(
             "Derive slot order and pool shapes deterministically (sorted ids, shapes from the "
             "config, not the local shard), and load adapters on all ranks or none.",
+            "When a rank does not answer: read the logs of the rank that died or hung, make "
+            "every rank call the check at the same point, and restart the job; raise "
+            "timeout=... only for ranks that are slow but healthy.",
         ),
         example=(
             "# before\n"
@@ -729,9 +740,20 @@ _ENTRIES = (
             "diverged": "{subject}: ranks {ranks} differ from rank {reference} at {path}: {diff}.",
             "timeout": "{subject}: no answer from ranks within {timeout} s ({problem}).",
         },
-        raised_by=("lg.assert_rank_consistent",),
+        raised_by=("lg.assert_rank_consistent", "@lg.rank_consistent"),
     ),
 )
 
 INVARIANTS: Mapping[str, Invariant] = types.MappingProxyType({e.code: e for e in _ENTRIES})
-"""Every invariant, by code: the single source of codes, messages, hints and docs."""
+"""Every invariant, by code: the single source of codes, messages, hints and docs.
+
+A read-only mapping of code to `Invariant`; errors, `lora-guard explain`, the pytest summary
+and the invariants reference all read it.
+
+Example:
+    >>> import lora_guard as lg
+    >>> [code for code in lg.INVARIANTS if code.startswith("LG00")]
+    ['LG001', 'LG002', 'LG003', 'LG004']
+    >>> lg.INVARIANTS["LG002"].slug
+    'mixed-moe-layout'
+"""

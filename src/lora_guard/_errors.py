@@ -143,31 +143,101 @@ class LoRAGuardError(Exception):
 
 
 class PoolShapeDriftError(LoRAGuardError, RuntimeError):
-    """LG001: a dimension frozen at first allocation changed on a later call."""
+    """LG001: a dimension frozen at first allocation changed on a later call.
+
+    Example:
+        >>> import lora_guard as lg, torch
+        >>> @lg.shapes(a="slots rank", frozen=("rank",))
+        ... def set_lora(a): ...
+        >>> set_lora(torch.empty(4, 16, device="meta"))
+        >>> try:
+        ...     set_lora(torch.empty(4, 8, device="meta"))
+        ... except RuntimeError as e:
+        ...     print(type(e).__name__, e.code, e.details["old"], e.details["new"])
+        PoolShapeDriftError LG001 16 8
+    """
 
 
 class MixedMoELayoutError(LoRAGuardError, RuntimeError):
-    """LG002: MoE adapters sharing one pool disagree on layout."""
+    """LG002: MoE adapters sharing one pool disagree on layout.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> pool = lg.LayoutRegistry()
+        >>> _ = pool.admit("math", {"layers.0.mlp.experts.gate_up_proj.lora_A": (1, 32, 64)})
+        >>> try:
+        ...     pool.admit("code", {"layers.0.mlp.experts.0.gate_proj.lora_A.weight": (16, 64)})
+        ... except RuntimeError as e:
+        ...     print(type(e).__name__, e.code, e.details["owner"])
+        MixedMoELayoutError LG002 math
+    """
 
 
 class CacheKeyCollisionError(LoRAGuardError, ValueError):
-    """LG003: one cache key maps to tensors of different shape or dtype."""
+    """LG003: one cache key maps to tensors of different shape or dtype.
+
+    Example:
+        >>> import lora_guard as lg, torch
+        >>> store = lg.GuardedCache({"q_proj.lora_A": torch.empty(16, 64, device="meta")})
+        >>> try:
+        ...     store["q_proj.lora_A"] = torch.empty(8, 64, device="meta")
+        ... except ValueError as e:
+        ...     print(type(e).__name__, e.code, e.details["old_shape"], e.details["new_shape"])
+        CacheKeyCollisionError LG003 (16, 64) (8, 64)
+    """
 
 
 class ShapeContractError(LoRAGuardError, ValueError):
-    """LG004: a call's arguments disagree with their declared dims."""
+    """LG004: a call's arguments disagree with their declared dims.
+
+    Example:
+        >>> import lora_guard as lg, torch
+        >>> @lg.shapes(a="rank hidden", b="hidden rank")
+        ... def lora_delta(a, b): ...
+        >>> try:
+        ...     lora_delta(torch.empty(16, 64, device="meta"), torch.empty(64, 8, device="meta"))
+        ... except ValueError as e:
+        ...     print(type(e).__name__, e.code, e.details["argument"], e.details["dim"])
+        ShapeContractError LG004 b rank
+    """
 
 
 class AdapterError(LoRAGuardError, ValueError):
-    """LG101-LG110: an adapter that cannot be served as it is."""
+    """LG101-LG110: an adapter that cannot be served as it is.
+
+    The checker reports these as violations; a loader that refuses an adapter raises this.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> err = lg.AdapterError("adapter 'math': rank 64 of q_proj is above the served "
+        ...                       "max rank 16.", code="LG101")
+        >>> err.code, err.invariant, isinstance(err, ValueError)
+        ('LG101', 'rank-exceeds-limit', True)
+    """
 
 
 class RegistryError(LoRAGuardError, RuntimeError):
-    """LG201: adapter/slot bookkeeping disagrees with itself."""
+    """LG201: adapter/slot bookkeeping disagrees with itself.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> try:
+        ...     lg.check_slot_maps({"math": 0}, ["chat", None])
+        ... except RuntimeError as e:
+        ...     print(type(e).__name__, e.code, len(e.violations))
+        RegistryError LG201 2
+    """
 
 
 class RankDivergenceError(LoRAGuardError, RuntimeError):
-    """LG301: tensor-parallel ranks disagree on pool shapes, slot maps or adapter sets."""
+    """LG301: tensor-parallel ranks disagree on pool shapes, slot maps or adapter sets.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> err = lg.RankDivergenceError("slot map: rank 1 differs from rank 0.")
+        >>> err.code, err.invariant, isinstance(err, RuntimeError)
+        ('LG301', 'rank-divergence', True)
+    """
 
 
 class LoRAGuardWarning(UserWarning):
@@ -218,4 +288,4 @@ def make_violation(
     """Build a violation of ``code`` with the message template ``variant`` of its entry."""
     inv: Invariant = INVARIANTS[code]
     message = inv.messages[variant].format(subject=subject, **details)
-    return Violation(code, message, hint or inv.hint, subject, details)
+    return Violation(code, message, hint or inv.hint_for(variant), subject, details)

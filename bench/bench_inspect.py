@@ -1,0 +1,120 @@
+"""How fast is inspecting adapters? Prints numbers; no assertions.
+
+    python bench/bench_inspect.py [--adapters 1000] [--big-mb 100] [--repeat 5]
+
+1. ``inspect_adapter`` over N small PEFT-format adapters (r=8 on q/v of a 2-layer model), and
+   ``check_adapters`` of the folder, vs ``safetensors.safe_open`` + ``get_slice`` per key.
+2. ``inspect_adapter`` of one ~100 MB adapter vs ``safetensors.torch.load_file`` of it (the
+   file was just written, so it is in the page cache: the best case for load_file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import lora_guard as lg
+from lora_guard._adapter_writer import write_adapter
+
+
+def best_and_median(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times), statistics.median(times)
+
+
+def fill(path: pathlib.Path) -> None:
+    """Overwrite the data section with non-zero bytes (a sparse file would flatter load_file)."""
+    with open(path, "r+b") as f:
+        length = int.from_bytes(f.read(8), "little")
+        f.seek(8 + length)
+        size = path.stat().st_size - 8 - length
+        chunk = bytes(range(1, 256)) * 4096
+        while size > 0:
+            f.write(chunk[: min(size, len(chunk))])
+            size -= len(chunk)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--adapters", type=int, default=1000)
+    parser.add_argument("--big-mb", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp)
+        folders = [write_adapter(root / "many" / f"a{i:04d}") for i in range(args.adapters)]
+
+        def inspect_all() -> None:
+            for folder in folders:
+                lg.inspect_adapter(folder)
+
+        def check_all() -> None:
+            assert lg.check_adapters(root / "many").ok
+
+        def safe_open_all() -> None:
+            for folder in folders:
+                json.loads((folder / "adapter_config.json").read_text())
+                with safe_open(str(folder / "adapter_model.safetensors"), "pt") as f:
+                    for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                        f.get_slice(key).get_shape()
+
+        n = args.adapters
+        print(f"python {sys.version.split()[0]}, lora_guard {lg.__version__}")
+        print(f"\n{n} small adapters (r=8, q_proj+v_proj, 2 layers, 8 tensors each)")
+        for label, fn in (("lg.inspect_adapter, each", inspect_all),
+                          ("lg.check_adapters(folder)", check_all),
+                          ("safe_open + get_slice, each", safe_open_all)):
+            fn()  # warm the page cache and imports
+            best, median = best_and_median(fn, args.repeat)
+            print(f"  {label:30s} best {best * 1e3:8.1f} ms  median {median * 1e3:8.1f} ms  "
+                  f"({median / n * 1e6:6.1f} us per adapter)")
+
+        # One big adapter: rank 64 on every linear module of a 4096-wide model.
+        per_layer = 2 * 64 * (4 * (4096 + 4096) + 3 * (4096 + 11008))  # fp16 bytes
+        layers = max(1, round(args.big_mb * 1e6 / per_layer))
+        big = write_adapter(root / "big", rank=64, layers=layers, hidden_size=4096,
+                            intermediate_size=11008, num_heads=32, num_kv_heads=32,
+                            targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                     "up_proj", "down_proj"))
+        weights = big / "adapter_model.safetensors"
+        fill(weights)
+        size = weights.stat().st_size
+        load_file(str(weights))  # warm
+        lg.inspect_adapter(big)
+        best_i, median_i = best_and_median(lambda: lg.inspect_adapter(big), args.repeat)
+        best_l, median_l = best_and_median(lambda: load_file(str(weights)), args.repeat)
+
+        def load_and_read() -> None:  # what a server does next: copy the data into its pool
+            for tensor in load_file(str(weights)).values():
+                tensor.clone()
+
+        best_r, median_r = best_and_median(load_and_read, args.repeat)
+        spec = lg.inspect_adapter(big)
+        print(f"\none adapter of {size / 1e6:.1f} MB ({len(spec.tensors)} tensors, "
+              f"{layers} layers, rank 64)")
+        print(f"  {'lg.inspect_adapter':30s} best {best_i * 1e3:8.2f} ms  "
+              f"median {median_i * 1e3:8.2f} ms")
+        print(f"  {'safetensors.torch.load_file':30s} best {best_l * 1e3:8.2f} ms  "
+              f"median {median_l * 1e3:8.2f} ms")
+        print(f"  {'load_file + copy every tensor':30s} best {best_r * 1e3:8.2f} ms  "
+              f"median {median_r * 1e3:8.2f} ms")
+        print(f"  inspect is {median_l / median_i:.1f}x faster than load_file and "
+              f"{median_r / median_i:.0f}x faster than load_file + copy (medians)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,540 @@
+"""Write real PEFT-format adapter folders for tests, examples and benchmarks, without torch.
+
+`write_adapter` writes ``adapter_config.json`` with the fields PEFT 0.21 writes and an
+``adapter_model.safetensors`` with PEFT's key grammar and shapes (zero-filled data), for a
+Llama-like base model, optionally with MoE expert weights in one of four layouts and with
+deliberate defects that `lora_guard.check_adapters` reports (see `DEFECTS`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import pickle
+import re
+import struct
+import types
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._safetensors import encode_header, safetensors_code, write_safetensors
+
+__all__ = ["ATTENTION_TARGETS", "DEFECTS", "MLP_TARGETS", "write_adapter"]
+
+DEFECTS: Mapping[str, str] = types.MappingProxyType({
+    "orphan-a": "LG103",
+    "orphan-b": "LG103",
+    "rank-mismatch": "LG102",
+    "config-rank": "LG102",
+    "empty-tensor": "LG107",
+    "mixed-dtype": "LG106",
+    "bad-key": "LG104",
+    "dora": "LG105",
+    "lora-bias": "LG105",
+    "modules-to-save": "LG105",
+    "bias-all": "LG105",
+    "trainable-tokens": "LG105",
+    "layer-out-of-range": "LG109",
+    "pickle-bin": "LG108",
+    "missing-weights": "LG108",
+    "missing-config": "LG108",
+    "invalid-config-json": "LG108",
+    "config-not-lora": "LG105",
+    "truncated-header": "LG108",
+    "oversized-header": "LG108",
+    "invalid-header-json": "LG108",
+    "duplicate-key": "LG108",
+    "unknown-dtype": "LG108",
+    "negative-shape": "LG108",
+    "offsets-past-end": "LG108",
+    "offsets-overlap": "LG108",
+    "trailing-bytes": "LG108",
+    "symlink-escape": "LG108",
+})
+"""Each defect `write_adapter(defects=...)` can write, and the code the checker reports for it.
+
+Example:
+    >>> from lora_guard._adapter_writer import DEFECTS
+    >>> DEFECTS["orphan-b"], DEFECTS["pickle-bin"]
+    ('LG103', 'LG108')
+"""
+
+ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP_TARGETS = ("gate_proj", "up_proj", "down_proj")
+_EMBEDDINGS = ("embed_tokens", "lm_head")
+_TARGETS = ATTENTION_TARGETS + MLP_TARGETS + _EMBEDDINGS
+_MOE_LAYOUTS = ("per-expert", "packed", "shared-outer", "flat")
+_DTYPES = ("float16", "bfloat16", "float32")
+_PREFIX = "base_model.model."
+
+
+def _peft_config(
+    *,
+    rank: int,
+    alpha: float,
+    target_modules: list[str],
+    target_parameters: list[str] | None,
+    rank_pattern: Mapping[str, int],
+    base_model: str | None,
+) -> dict[str, Any]:
+    """adapter_config.json as PEFT 0.21 writes it for a LoraConfig of these values."""
+    return {
+        "alora_invocation_tokens": None,
+        "alpha_pattern": {},
+        "arrow_config": None,
+        "auto_mapping": None,
+        "base_model_name_or_path": base_model,
+        "bias": "none",
+        "corda_config": None,
+        "ensure_weight_tying": False,
+        "eva_config": None,
+        "exclude_modules": None,
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "kasa_config": None,
+        "layer_replication": None,
+        "layers_pattern": None,
+        "layers_to_transform": None,
+        "loftq_config": {},
+        "lora_alpha": alpha,
+        "lora_bias": False,
+        "lora_dropout": 0.0,
+        "lora_ga_config": None,
+        "megatron_config": None,
+        "megatron_core": "megatron.core",
+        "modules_to_save": None,
+        "monteclora_config": None,
+        "peft_type": "LORA",
+        "peft_version": "0.21.2",
+        "qalora_group_size": 16,
+        "r": rank,
+        "rank_pattern": dict(rank_pattern),
+        "revision": None,
+        "target_modules": target_modules,
+        "target_parameters": target_parameters,
+        "task_type": "CAUSAL_LM",
+        "trainable_token_indices": None,
+        "use_bdlora": None,
+        "use_dora": False,
+        "use_qalora": False,
+        "use_rslora": False,
+        "velora_config": None,
+    }
+
+
+def _positive(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"write_adapter({name}=...) must be a positive int, got {value!r}")
+    return value
+
+
+def _validate(
+    *,
+    rank: int,
+    alpha: float | None,
+    targets: Iterable[str],
+    layers: int,
+    hidden_size: int,
+    intermediate_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    vocab_size: int,
+    dtype: str,
+    moe_layout: str | None,
+    experts: int,
+    rank_pattern: Mapping[str, int] | None,
+    config_overrides: Mapping[str, Any] | None,
+    defects: Iterable[str],
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    for name, value in (
+        ("rank", rank), ("layers", layers), ("hidden_size", hidden_size),
+        ("intermediate_size", intermediate_size), ("num_heads", num_heads),
+        ("num_kv_heads", num_kv_heads), ("vocab_size", vocab_size), ("experts", experts),
+    ):
+        _positive(name, value)
+    if hidden_size % num_heads:
+        raise ValueError(
+            f"write_adapter: hidden_size {hidden_size} is not a multiple of num_heads "
+            f"{num_heads}; pick sizes whose head_dim is whole (e.g. 64 and 4)"
+        )
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"write_adapter: num_heads {num_heads} is not a multiple of num_kv_heads "
+            f"{num_kv_heads}"
+        )
+    if alpha is not None and (
+        isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0
+    ):
+        raise ValueError(f"write_adapter(alpha=...) must be a positive number, got {alpha!r}")
+    if isinstance(targets, str):
+        raise ValueError(
+            f"write_adapter(targets=...) takes a sequence of module names, got the string "
+            f"{targets!r}; write targets=({targets!r},)"
+        )
+    target_tuple = tuple(targets)
+    unknown = [t for t in target_tuple if t not in _TARGETS]
+    if not target_tuple or unknown:
+        raise ValueError(
+            f"write_adapter(targets=...) got {list(target_tuple)}; each target must be one of "
+            f"{', '.join(_TARGETS)}"
+        )
+    if len(set(target_tuple)) != len(target_tuple):
+        raise ValueError(f"write_adapter(targets=...) repeats a module: {list(target_tuple)}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"write_adapter(dtype=...) must be one of {_DTYPES}, got {dtype!r}")
+    if moe_layout is not None:
+        if moe_layout not in _MOE_LAYOUTS:
+            raise ValueError(
+                f"write_adapter(moe_layout=...) must be None or one of {_MOE_LAYOUTS}, "
+                f"got {moe_layout!r}"
+            )
+        if not any(t in MLP_TARGETS for t in target_tuple):
+            raise ValueError(
+                f"write_adapter(moe_layout={moe_layout!r}) needs an MLP target "
+                f"({', '.join(MLP_TARGETS)}) in targets, got {list(target_tuple)}"
+            )
+    if rank_pattern is not None:
+        if not isinstance(rank_pattern, Mapping):
+            raise ValueError(
+                "write_adapter(rank_pattern=...) must map a module-name regex to a rank, "
+                f"got {type(rank_pattern).__name__}"
+            )
+        for key, value in rank_pattern.items():
+            _positive(f"rank_pattern[{key!r}]", value)
+            try:
+                re.compile(key)
+            except re.error as exc:
+                raise ValueError(
+                    f"write_adapter(rank_pattern=...) key {key!r} is not a regex: {exc}"
+                ) from None
+    if config_overrides is not None and not isinstance(config_overrides, Mapping):
+        raise ValueError(
+            "write_adapter(config_overrides=...) must be a mapping of adapter_config.json "
+            f"fields, got {type(config_overrides).__name__}"
+        )
+    if isinstance(defects, str):
+        defects = (defects,)
+    defect_tuple = tuple(defects)
+    unknown = [d for d in defect_tuple if d not in DEFECTS]
+    if unknown:
+        raise ValueError(
+            f"write_adapter(defects=...) got unknown defect(s) {unknown}; known defects: "
+            f"{', '.join(sorted(DEFECTS))}"
+        )
+    return target_tuple, defect_tuple
+
+
+def _rank_for(name: str, rank: int, rank_pattern: Mapping[str, int]) -> int:
+    """PEFT's first-match rule: ``re.match(rf"(.*\\.)?({key})$", name)``."""
+    for key, value in rank_pattern.items():
+        if re.match(rf"(.*\.)?({key})$", name):
+            return value
+    return rank
+
+
+def write_adapter(
+    path: str | os.PathLike[str],
+    *,
+    rank: int = 8,
+    alpha: float | None = None,
+    targets: Iterable[str] = ("q_proj", "v_proj"),
+    layers: int = 2,
+    hidden_size: int = 64,
+    intermediate_size: int = 128,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    vocab_size: int = 128,
+    dtype: str = "float16",
+    moe_layout: str | None = None,
+    experts: int = 4,
+    rank_pattern: Mapping[str, int] | None = None,
+    base_model: str | None = "tiny-llama",
+    config_overrides: Mapping[str, Any] | None = None,
+    defects: Iterable[str] = (),
+) -> pathlib.Path:
+    """Write a real PEFT-format LoRA adapter folder (config + safetensors header, zero data).
+
+    The folder holds ``adapter_config.json`` with the fields PEFT 0.21 writes and
+    ``adapter_model.safetensors`` with PEFT's keys and shapes for a Llama-like base model of
+    the given sizes (``head_dim = hidden_size // num_heads``), as
+    ``get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets,
+    rank_pattern=rank_pattern)).save_pretrained(path)`` would write them. No torch is needed
+    and the tensor data is zeros, so an adapter costs kilobytes.
+
+    Args:
+        path: The folder to create (parents too); an existing folder is written into.
+        rank: ``r``. ``alpha``: ``lora_alpha`` (default: ``rank``).
+        targets: Module names among q/k/v/o_proj, gate/up/down_proj, embed_tokens, lm_head.
+        layers, hidden_size, intermediate_size, num_heads, num_kv_heads, vocab_size: The base
+            model's sizes (``intermediate_size`` is the experts' size when ``moe_layout`` is set).
+        dtype: ``"float16"``, ``"bfloat16"`` or ``"float32"``.
+        moe_layout: None (dense), ``"per-expert"`` (``mlp.experts.<i>.gate_proj`` 2D),
+            ``"packed"`` (``mlp.experts.gate_up_proj`` 3D, dim 0 = ``experts``),
+            ``"shared-outer"`` (packed, outer weights with dim 0 = 1) or ``"flat"`` (PEFT
+            ``target_parameters``: ``mlp.experts[.base_layer].lora_A.weight``, rank x experts).
+        experts: Expert count for ``moe_layout``.
+        rank_pattern: PEFT ``rank_pattern`` (module-name regex -> rank, first match wins).
+        base_model: ``base_model_name_or_path``.
+        config_overrides: Fields merged into ``adapter_config.json`` last.
+        defects: Names from `DEFECTS`: deliberate problems the checker reports with the code
+            `DEFECTS` gives. ``"symlink-escape"`` also writes a file next to the folder.
+
+    Returns:
+        The adapter folder.
+
+    Example:
+        >>> import json, tempfile, lora_guard as lg
+        >>> from lora_guard._adapter_writer import write_adapter
+        >>> folder = write_adapter(tempfile.mkdtemp() + "/a", rank=16, targets=("q_proj",))
+        >>> json.loads((folder / "adapter_config.json").read_text())["r"]
+        16
+        >>> spec = lg.inspect_adapter(folder)
+        >>> spec.rank, spec.modules["model.layers.0.self_attn.q_proj"].a_shape
+        (16, (16, 64))
+        >>> write_adapter(tempfile.mkdtemp(), defects=("typo",))
+        Traceback (most recent call last):
+        ...
+        ValueError: write_adapter(defects=...) got unknown defect(s) ['typo']; known defects: ...
+    """
+    target_tuple, defect_tuple = _validate(
+        rank=rank, alpha=alpha, targets=targets, layers=layers, hidden_size=hidden_size,
+        intermediate_size=intermediate_size, num_heads=num_heads, num_kv_heads=num_kv_heads,
+        vocab_size=vocab_size, dtype=dtype, moe_layout=moe_layout, experts=experts,
+        rank_pattern=rank_pattern, config_overrides=config_overrides, defects=defects,
+    )
+    pattern = dict(rank_pattern or {})
+    head_dim = hidden_size // num_heads
+    dims = {
+        "q_proj": (hidden_size, num_heads * head_dim),
+        "k_proj": (hidden_size, num_kv_heads * head_dim),
+        "v_proj": (hidden_size, num_kv_heads * head_dim),
+        "o_proj": (num_heads * head_dim, hidden_size),
+        "gate_proj": (hidden_size, intermediate_size),
+        "up_proj": (hidden_size, intermediate_size),
+        "down_proj": (intermediate_size, hidden_size),
+    }
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
+
+    def pair(module: str, rank_: int, in_dim: int, out_dim: int) -> None:
+        tensors[f"{_PREFIX}{module}.lora_A.weight"] = (dtype, (rank_, in_dim))
+        tensors[f"{_PREFIX}{module}.lora_B.weight"] = (dtype, (out_dim, rank_))
+
+    moe_targets = [t for t in target_tuple if t in MLP_TARGETS] if moe_layout else []
+    target_parameters: list[str] | None = None
+    for layer in range(layers):
+        for target in target_tuple:
+            if target in _EMBEDDINGS or target in moe_targets:
+                continue
+            module = f"model.layers.{layer}.{'self_attn' if target in ATTENTION_TARGETS else 'mlp'}"
+            module = f"{module}.{target}"
+            pair(module, _rank_for(module, rank, pattern), *dims[target])
+        if moe_layout == "per-expert":
+            for expert in range(experts):
+                for target in moe_targets:
+                    module = f"model.layers.{layer}.mlp.experts.{expert}.{target}"
+                    pair(module, _rank_for(module, rank, pattern), *dims[target])
+        elif moe_layout in ("packed", "shared-outer"):
+            outer = 1 if moe_layout == "shared-outer" else experts
+            base = f"{_PREFIX}model.layers.{layer}.mlp.experts"
+            if "gate_proj" in moe_targets or "up_proj" in moe_targets:
+                tensors[f"{base}.gate_up_proj.lora_A.weight"] = (
+                    dtype, (outer, 2 * rank, hidden_size))
+                tensors[f"{base}.gate_up_proj.lora_B.weight"] = (
+                    dtype, (experts, 2 * intermediate_size, rank))
+            if "down_proj" in moe_targets:
+                tensors[f"{base}.down_proj.lora_A.weight"] = (
+                    dtype, (experts, rank, intermediate_size))
+                tensors[f"{base}.down_proj.lora_B.weight"] = (
+                    dtype, (outer, hidden_size, rank))
+        elif moe_layout == "flat":
+            # PEFT nests one ParamWrapper per targeted parameter, in the experts module's
+            # registration order (gate_up before down): the first is the innermost.
+            target_parameters = []
+            if "gate_proj" in moe_targets or "up_proj" in moe_targets:
+                target_parameters.append("mlp.experts.gate_up_proj")
+            if "down_proj" in moe_targets:
+                target_parameters.append("mlp.experts.down_proj")
+            flat_dims = {
+                "mlp.experts.gate_up_proj": (hidden_size, 2 * intermediate_size),
+                "mlp.experts.down_proj": (intermediate_size, hidden_size),
+            }
+            depth = len(target_parameters)
+            for i, parameter in enumerate(target_parameters):
+                module = f"model.layers.{layer}.mlp.experts" + ".base_layer" * (depth - 1 - i)
+                pair(module, rank * experts, *flat_dims[parameter])
+    if "embed_tokens" in target_tuple:
+        module = "model.embed_tokens"
+        rank_ = _rank_for(module, rank, pattern)
+        tensors[f"{_PREFIX}{module}.lora_embedding_A"] = (dtype, (rank_, vocab_size))
+        tensors[f"{_PREFIX}{module}.lora_embedding_B"] = (dtype, (hidden_size, rank_))
+        tensors[f"{_PREFIX}{module}.base_layer.weight"] = (dtype, (vocab_size, hidden_size))
+    if "lm_head" in target_tuple:
+        rank_ = _rank_for("lm_head", rank, pattern)
+        pair("lm_head", rank_, hidden_size, vocab_size)
+        tensors[f"{_PREFIX}lm_head.base_layer.weight"] = (dtype, (vocab_size, hidden_size))
+
+    target_modules = sorted(t for t in target_tuple if t not in moe_targets or moe_layout != "flat")
+    if moe_layout in ("packed", "shared-outer"):
+        target_modules = sorted(
+            {t for t in target_modules if t not in ("gate_proj", "up_proj")}
+            | ({"gate_up_proj"} if {"gate_proj", "up_proj"} & set(moe_targets) else set())
+        )
+    config = _peft_config(
+        rank=rank, alpha=rank if alpha is None else alpha, target_modules=target_modules,
+        target_parameters=None if target_parameters is None else sorted(target_parameters),
+        rank_pattern=pattern, base_model=base_model,
+    )
+    _apply_content_defects(defect_tuple, tensors, config, dtype=dtype, rank=rank,
+                           layers=layers, hidden_size=hidden_size, vocab_size=vocab_size)
+    if config_overrides:
+        config.update(config_overrides)
+
+    folder = pathlib.Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_config(folder, config, defect_tuple)
+    _write_weights(folder, tensors, defect_tuple)
+    return folder
+
+
+def _first(tensors: Mapping[str, Any], suffix: str) -> str:
+    return next(k for k in sorted(tensors) if k.endswith(suffix))
+
+
+def _apply_content_defects(
+    defects: tuple[str, ...],
+    tensors: dict[str, tuple[str, tuple[int, ...]]],
+    config: dict[str, Any],
+    *,
+    dtype: str,
+    rank: int,
+    layers: int,
+    hidden_size: int,
+    vocab_size: int,
+) -> None:
+    lora_a = [k for k in sorted(tensors) if k.endswith(".lora_A.weight")]
+    if not lora_a:  # embeddings only: use the embedding pair
+        lora_a = [k for k in sorted(tensors) if k.endswith(".lora_embedding_A")]
+    first_a = lora_a[0]
+    module = first_a.rsplit(".lora_", 1)[0]
+    first_b = next(k for k in sorted(tensors) if k.startswith(module + ".lora_")
+                   and ("lora_B" in k or "lora_embedding_B" in k))
+    for defect in defects:
+        if defect == "orphan-b":  # lora_B without its lora_A
+            del tensors[first_a]
+        elif defect == "orphan-a":
+            del tensors[first_b]
+        elif defect == "rank-mismatch":
+            dt, shape = tensors[first_b]
+            tensors[first_b] = (dt, (*shape[:-1], shape[-1] + 1))
+        elif defect == "config-rank":
+            config["r"] = rank * 2
+            config["lora_alpha"] = config["lora_alpha"] * 2
+        elif defect == "empty-tensor":
+            dt, shape = tensors[first_a]
+            tensors[first_a] = (dt, (0, *shape[1:]))
+        elif defect == "mixed-dtype":
+            dt, shape = tensors[first_b]
+            tensors[first_b] = ("float32" if dtype != "float32" else "bfloat16", shape)
+        elif defect == "bad-key":
+            tensors[f"{module}.lora_C.weight"] = (dtype, (rank, hidden_size))
+        elif defect == "dora":
+            config["use_dora"] = True
+            for key in [k for k in tensors if k.endswith(".lora_B.weight")]:
+                out_dim = tensors[key][1][-2] if len(tensors[key][1]) == 2 else 0
+                if out_dim:
+                    tensors[key.replace(".lora_B.weight", ".lora_magnitude_vector")] = (
+                        dtype, (out_dim,))
+        elif defect == "lora-bias":
+            config["lora_bias"] = True
+            for key in [k for k in tensors if k.endswith(".lora_B.weight")]:
+                if len(tensors[key][1]) == 2:
+                    tensors[key.replace(".weight", ".bias")] = (dtype, (tensors[key][1][0],))
+        elif defect == "modules-to-save":
+            config["modules_to_save"] = ["lm_head"]
+            tensors[f"{_PREFIX}lm_head.weight"] = (dtype, (vocab_size, hidden_size))
+        elif defect == "bias-all":
+            config["bias"] = "all"
+        elif defect == "trainable-tokens":
+            config["trainable_token_indices"] = [1, 2]
+            tensors[f"{_PREFIX}model.embed_tokens.token_adapter.trainable_tokens_delta"] = (
+                dtype, (2, hidden_size))
+        elif defect == "layer-out-of-range":
+            for key in [k for k in tensors if f".layers.{layers - 1}." in k]:
+                tensors[key.replace(f".layers.{layers - 1}.", f".layers.{layers}.")] = (
+                    tensors.pop(key))
+        elif defect == "config-not-lora":
+            config["peft_type"] = "IA3"
+
+
+def _write_config(folder: pathlib.Path, config: Mapping[str, Any], defects: tuple[str, ...]
+                  ) -> None:
+    target = folder / "adapter_config.json"
+    if "missing-config" in defects:
+        if target.exists():
+            target.unlink()
+        return
+    if "invalid-config-json" in defects:
+        target.write_text('{"r": 8, "target_modules": ["q_proj"', encoding="utf-8")
+        return
+    target.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _write_weights(
+    folder: pathlib.Path,
+    tensors: Mapping[str, tuple[str, tuple[int, ...]]],
+    defects: tuple[str, ...],
+) -> None:
+    target = folder / "adapter_model.safetensors"
+    if "missing-weights" in defects:
+        return
+    if "pickle-bin" in defects:
+        # A pickle stream like torch.save's; it is refused by name, never unpickled.
+        payload = {name: shape for name, (_, shape) in tensors.items()}
+        (folder / "adapter_model.bin").write_bytes(pickle.dumps(payload, protocol=2))
+        return
+    header, data_size = encode_header(
+        [(name, safetensors_code(dt), shape) for name, (dt, shape) in tensors.items()],
+        {"format": "pt"},
+    )
+    names = [k for k in header if k != "__metadata__"]
+    length: int | None = None
+    raw: bytes | None = None
+    if "unknown-dtype" in defects:
+        header[names[0]]["dtype"] = "F13"
+    if "negative-shape" in defects:
+        header[names[0]]["shape"] = [-1, *header[names[0]]["shape"][1:]]
+    if "offsets-past-end" in defects:  # the header promises more data than the file holds
+        data_size -= min(data_size, 16)
+    if "offsets-overlap" in defects and len(names) > 1:
+        ordered = sorted(names, key=lambda n: header[n]["data_offsets"][0])
+        second = ordered[1]
+        begin, end = header[second]["data_offsets"]
+        shift = min(begin, 2)
+        header[second]["data_offsets"] = [begin - shift, end - shift]
+    if "trailing-bytes" in defects:
+        data_size += 16
+    if "invalid-header-json" in defects:
+        raw = b'{"__metadata__": {"format": "pt"}, "x": {'
+        raw += b" " * (-len(raw) % 8)
+    if "duplicate-key" in defects:
+        text = json.dumps(header, separators=(",", ":"))
+        first = json.dumps({names[0]: header[names[0]]}, separators=(",", ":"))[1:-1]
+        raw = (text[:-1] + "," + first + "}").encode()
+        raw += b" " * (-len(raw) % 8)
+    if "oversized-header" in defects:
+        length = 2**40
+    out = target
+    if "symlink-escape" in defects:
+        out = folder.parent / f"{folder.name}.outside.safetensors"
+    write_safetensors(out, raw if raw is not None else header, data_size, length=length)
+    if "truncated-header" in defects:
+        size = out.stat().st_size
+        with open(out, "r+b") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            f.truncate(min(size, 8 + header_len // 2))
+    if out != target:
+        if target.exists() or target.is_symlink():
+            target.unlink()
+        target.symlink_to(os.path.relpath(out, folder))

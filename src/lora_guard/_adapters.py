@@ -1,0 +1,581 @@
+"""`inspect_adapter`: what an adapter on disk holds, from its config and safetensors header.
+
+Reads ``adapter_config.json`` and the safetensors header only (never tensor data, never a
+pickle), understands PEFT's key grammar (``lora_A/B``, ``lora_embedding_A/B``, DoRA magnitude
+vectors, ``lora_B.bias``, ``modules_to_save`` and saved embedding weights, trainable tokens),
+``rank_pattern``, embeddings, ``target_parameters`` and the four MoE layouts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import re
+import stat
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._checks import MoELayout, check_moe_layouts
+from ._config import refuse
+from ._errors import Violation, make_violation
+from ._safetensors import HeaderError, TensorInfo, read_header_and_size
+
+__all__ = [
+    "CONFIG_NAME",
+    "FEATURES",
+    "WEIGHTS_NAME",
+    "AdapterSpec",
+    "LoRAModuleSpec",
+    "Malformed",
+    "TensorInfo",
+    "inspect_adapter",
+    "is_adapter_dir",
+    "load_spec",
+    "malformed_violation",
+    "pattern_value",
+]
+
+CONFIG_NAME = "adapter_config.json"
+WEIGHTS_NAME = "adapter_model.safetensors"
+_PICKLE_NAMES = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth", "pytorch_model.bin")
+MAX_CONFIG_BYTES = 10_000_000
+_PREFIX = "base_model.model."
+_EMBEDDING_NAMES = ("embed_tokens", "lm_head", "wte", "embed_in", "word_embeddings",
+                    "embed_out", "tok_embeddings", "output")
+
+FEATURES: Mapping[str, str] = types.MappingProxyType({
+    "dora": "use_dora",
+    "lora_bias": "lora_bias",
+    "bias": "bias",
+    "modules_to_save": "modules_to_save",
+    "trainable_tokens": "trainable_token_indices",
+    "peft_type": "peft_type",
+    "alora": "alora_invocation_tokens",
+    "layer_replication": "layer_replication",
+    "qalora": "use_qalora",
+})
+"""Config features that change the forward pass, by the name ``ServingLimits(allow=...)``
+takes, with the ``adapter_config.json`` field that turns each on."""
+
+_LAYER = re.compile(r"\.(?:layers|h|blocks|layer|decoder\.layers)\.(\d+)\.")
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+
+
+class Malformed(Exception):
+    """An adapter that cannot be read safely: which file, and the problem."""
+
+    def __init__(self, file: str, problem: str) -> None:
+        self.file = file
+        self.problem = problem
+        super().__init__(f"{file}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class LoRAModuleSpec:
+    """One LoRA module of an adapter: its A and B halves as the safetensors header shows them.
+
+    ``kind`` is ``"linear"``, ``"embedding"``, ``"moe-per-expert"`` (2D weights under
+    ``experts.<i>.``), ``"moe-packed"`` (3D, dim 0 = experts or 1) or ``"moe-flat"`` (PEFT
+    ``target_parameters``, rank x experts rows). ``rank`` is the rank per expert when the
+    expert count is known; a half that is missing has shape None (an orphan).
+
+    Example:
+        >>> import lora_guard as lg
+        >>> m = lg.LoRAModuleSpec(module="model.layers.0.self_attn.q_proj", target="q_proj",
+        ...     kind="linear", rank=8, a_shape=(8, 64), b_shape=(64, 8), dtype="float16", layer=0)
+        >>> m.in_features, m.out_features
+        (64, 64)
+    """
+
+    module: str
+    """Module path in the base model, e.g. ``model.layers.0.self_attn.q_proj``."""
+    target: str
+    """The module type servers name it by: ``q_proj``, ``gate_up_proj``, ``embed_tokens``."""
+    kind: str
+    """``linear``, ``embedding``, ``moe-per-expert``, ``moe-packed`` or ``moe-flat``."""
+    rank: int | None
+    """Rank (per expert for MoE); None when it cannot be told (empty or missing halves)."""
+    a_shape: tuple[int, ...] | None
+    """Shape of lora_A (``lora_embedding_A``), None when it is missing."""
+    b_shape: tuple[int, ...] | None
+    """Shape of lora_B (``lora_embedding_B``), None when it is missing."""
+    dtype: str
+    """dtype of the halves (the first one's when they differ)."""
+    layer: int | None = None
+    """Layer index, when the module path has one."""
+    expert: int | None = None
+    """Expert index for per-expert MoE weights."""
+    experts: int | None = None
+    """Expert count held by a packed or flat MoE module (None when unknown or dense)."""
+    a_key: str | None = None
+    """Tensor key of the A half."""
+    b_key: str | None = None
+    """Tensor key of the B half."""
+
+    @property
+    def in_features(self) -> int | None:
+        """A's in dim (its last dim); the vocab for an embedding."""
+        return self.a_shape[-1] if self.a_shape else None
+
+    @property
+    def out_features(self) -> int | None:
+        """B's out dim (its second to last dim)."""
+        return self.b_shape[-2] if self.b_shape and len(self.b_shape) >= 2 else None
+
+
+@dataclass(frozen=True)
+class AdapterSpec:
+    """What one adapter folder holds, read from its config and safetensors header only.
+
+    ``tensors`` maps every key to its `TensorInfo` (so `lora_guard.detect_moe_layout(spec)`
+    works); ``modules`` maps each LoRA module path to its `LoRAModuleSpec`.
+
+    Example:
+        >>> import tempfile, lora_guard as lg
+        >>> from lora_guard._adapter_writer import write_adapter
+        >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/math", rank=16))
+        >>> spec.name, spec.rank, spec.target_modules, spec.dtypes, spec.moe_layout
+        ('math', 16, ('q_proj', 'v_proj'), ('float16',), None)
+        >>> spec.modules["model.layers.1.self_attn.v_proj"].b_shape
+        (32, 16)
+    """
+
+    path: pathlib.Path
+    """The adapter folder."""
+    config: Mapping[str, Any]
+    """The whole ``adapter_config.json`` (read-only)."""
+    tensors: Mapping[str, TensorInfo]
+    """Every tensor key -> shape, dtype, bytes."""
+    modules: Mapping[str, LoRAModuleSpec]
+    """Each LoRA module path -> its record."""
+    rank: int
+    """The largest rank of any module (the config's ``r`` when no module tells)."""
+    moe_layout: MoELayout | None
+    """The MoE layout of the expert weights, None for a dense adapter."""
+    target_modules: tuple[str, ...]
+    """Module types the weights target, sorted (``q_proj``, ``gate_up_proj``, ...)."""
+    features: Mapping[str, Any]
+    """Forward-changing features in use (names as in `FEATURES`) -> the config value."""
+    dtypes: tuple[str, ...]
+    """dtypes of the LoRA tensors, sorted."""
+    size: int
+    """Bytes on disk: config plus weights."""
+    metadata: Mapping[str, str] = field(default_factory=lambda: types.MappingProxyType({}))
+    """The safetensors ``__metadata__``."""
+    unknown_keys: tuple[str, ...] = ()
+    """Tensor keys outside LoRA key grammar."""
+    extra_keys: Mapping[str, str] = field(default_factory=lambda: types.MappingProxyType({}))
+    """Tensors that are not LoRA A/B halves but are understood, key -> what they are
+    (``dora``, ``lora_bias``, ``bias``, ``modules_to_save``, ``trainable_tokens``,
+    ``embedding-base``)."""
+
+    @property
+    def name(self) -> str:
+        """The folder name, used as the adapter's id in reports."""
+        return self.path.name
+
+    @property
+    def layout(self) -> str:
+        """``"dense"`` or the MoE layout's value, for tables."""
+        return "dense" if self.moe_layout is None else self.moe_layout.value
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def is_adapter_dir(path: pathlib.Path) -> bool:
+    """A folder that holds an adapter config or adapter weights."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return not _ADAPTER_FILES.isdisjoint(names)
+
+
+_ADAPTER_FILES = frozenset((CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES))
+
+
+def _regular_file(folder: pathlib.Path, name: str) -> str | None:
+    """The path of ``folder/name`` if it exists (None if not), refusing a symlink that leads
+    out of the folder and anything but a regular file. One lstat when it is a plain file."""
+    path = os.path.join(folder, name)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Malformed(name, f"cannot be read ({exc.strerror or exc})") from None
+    if stat.S_ISLNK(info.st_mode):
+        real_folder = os.path.realpath(folder)
+        real = os.path.realpath(path)
+        if os.path.commonpath([real_folder, real]) != real_folder:
+            raise Malformed(name, f"path leads outside the adapter folder (symlink to "
+                            f"{os.readlink(path)}); refused")
+        try:
+            info = os.stat(path)
+        except OSError:
+            raise Malformed(name, f"symlink to {os.readlink(path)} leads nowhere") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise Malformed(name, "not a regular file")
+    return path
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise Malformed(CONFIG_NAME, f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> Any:  # NaN/Infinity: not JSON, and a NaN alpha is NaN output
+    raise Malformed(CONFIG_NAME, f"non-standard JSON constant {name}; every number must be finite")
+
+
+def _read_config(folder: pathlib.Path) -> tuple[dict[str, Any], int]:
+    file = _regular_file(folder, CONFIG_NAME)
+    if file is None:
+        raise Malformed(CONFIG_NAME, "missing; an adapter folder needs adapter_config.json")
+    try:
+        with open(file, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise Malformed(CONFIG_NAME, f"cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise Malformed(CONFIG_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        config = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates,
+                            parse_constant=_reject_constant)
+    except Malformed:
+        raise
+    except UnicodeDecodeError:
+        raise Malformed(CONFIG_NAME, "not UTF-8 text") from None
+    except RecursionError:
+        raise Malformed(CONFIG_NAME, "JSON nested too deeply") from None
+    except ValueError as exc:
+        raise Malformed(CONFIG_NAME, f"invalid JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise Malformed(CONFIG_NAME, f"not a JSON object but a {type(config).__name__}")
+    _validate_config(config)
+    return config, len(raw)
+
+
+def _validate_config(config: Mapping[str, Any]) -> None:
+    def bad(field_: str, want: str) -> Malformed:
+        return Malformed(CONFIG_NAME, f"field {field_!r} is {config[field_]!r}, {want}")
+
+    for required in ("r", "lora_alpha"):
+        if required not in config:
+            raise Malformed(CONFIG_NAME, f"no {required!r} field (PEFT writes it; vLLM "
+                            "requires r, lora_alpha and target_modules)")
+    if "target_modules" not in config and not config.get("target_parameters"):
+        raise Malformed(CONFIG_NAME, "no 'target_modules' field")
+    r = config["r"]
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+        raise bad("r", "not a positive integer")
+    alpha = config["lora_alpha"]
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha):
+        raise bad("lora_alpha", "not a finite number")
+    for name in ("rank_pattern", "alpha_pattern"):
+        pattern = config.get(name)
+        if pattern is None:
+            continue
+        if not isinstance(pattern, dict):
+            raise bad(name, "not an object of module-regex -> value")
+        for key, value in pattern.items():
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                math.isfinite(value))
+            if name == "rank_pattern":
+                ok = ok and isinstance(value, int) and value >= 1
+            if not ok:
+                want = "positive integer" if name == "rank_pattern" else "finite number"
+                raise Malformed(CONFIG_NAME, f"{name}[{key!r}] is {value!r}, not a {want}")
+            try:
+                re.compile(key)
+            except re.error as exc:
+                raise Malformed(CONFIG_NAME, f"{name} key {key!r} is not a regex ({exc})"
+                                ) from None
+    targets = config.get("target_modules")
+    if targets is not None and not isinstance(targets, str) and not (
+        isinstance(targets, list) and all(isinstance(t, str) for t in targets)
+    ):
+        raise bad("target_modules", "not a list of module names or a regex string")
+    parameters = config.get("target_parameters")
+    if parameters is not None and not (
+        isinstance(parameters, list) and all(isinstance(t, str) for t in parameters)
+    ):
+        raise bad("target_parameters", "not a list of parameter names")
+    if "bias" in config and config["bias"] not in ("none", "all", "lora_only"):
+        raise bad("bias", "not one of 'none', 'all', 'lora_only'")
+    saved = config.get("modules_to_save")
+    if saved is not None and not (
+        isinstance(saved, list) and all(isinstance(t, str) for t in saved)
+    ):
+        raise bad("modules_to_save", "not a list of module names")
+
+
+def _read_weights(folder: pathlib.Path) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
+    file = _regular_file(folder, WEIGHTS_NAME)
+    if file is None:
+        for name in _PICKLE_NAMES:
+            if os.path.lexists(os.path.join(folder, name)):
+                raise Malformed(name, "pickle weights refused (never unpickled); convert to "
+                                "safetensors")
+        raise Malformed(WEIGHTS_NAME, "missing; no adapter weights in the folder")
+    try:
+        tensors, metadata, size = read_header_and_size(file)
+    except HeaderError as exc:
+        raise Malformed(WEIGHTS_NAME, exc.problem) from None
+    except OSError as exc:
+        raise Malformed(WEIGHTS_NAME, f"cannot be read ({exc.strerror or exc})") from None
+    return tensors, metadata, size
+
+
+# --- key grammar ---------------------------------------------------------------------------
+
+
+def pattern_value(pattern: Mapping[str, Any], module: str) -> Any:
+    """PEFT's first-match rule: the value of the first key with
+    ``re.match(rf"(.*\\.)?({key})$", module)``, or None.
+
+    Example:
+        >>> from lora_guard._adapters import pattern_value
+        >>> pattern_value({"k_proj": 4, "layers.1.self_attn.q_proj": 16},
+        ...               "model.layers.1.self_attn.q_proj")
+        16
+    """
+    for key, value in pattern.items():
+        try:
+            if re.match(rf"(.*\.)?({key})$", module):
+                return value
+        except re.error:
+            continue
+    return None
+
+
+def _split(key: str) -> tuple[str, str] | None:
+    """(module, role) for a key in LoRA grammar, role in A/B/eA/eB/dora/lora_bias/..."""
+    name = key.removeprefix(_PREFIX)
+    for suffix, role in (
+        (".lora_A.weight", "A"), (".lora_B.weight", "B"),
+        (".lora_embedding_A", "eA"), (".lora_embedding_B", "eB"),
+        (".lora_magnitude_vector", "dora"), (".lora_magnitude_vector.weight", "dora"),
+        (".lora_B.bias", "lora_bias"),
+        (".token_adapter.trainable_tokens_delta", "trainable_tokens"),
+        (".lora_A", "A"), (".lora_B", "B"),
+    ):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], role
+    return None
+
+
+def _leaf(module: str) -> str:
+    return module.rsplit(".", 1)[-1]
+
+
+def _matches_saved(module: str, saved: list[str]) -> bool:
+    return any(module == s or module.endswith("." + s) for s in saved)
+
+
+def _classify_other(key: str, config: Mapping[str, Any]) -> str | None:
+    """What a key outside the A/B grammar is, or None when it is not understood."""
+    name = key.removeprefix(_PREFIX)
+    saved = config.get("modules_to_save") or []
+    if name.endswith(".base_layer.weight"):
+        module = name[: -len(".base_layer.weight")]
+        if _leaf(module) in _EMBEDDING_NAMES:
+            return "embedding-base"
+    for suffix in (".weight", ".bias"):
+        if name.endswith(suffix):
+            module = name[: -len(suffix)]
+            module = module.replace(".modules_to_save.default", "")
+            if saved and _matches_saved(module, saved):
+                return "modules_to_save"
+            if suffix == ".bias" and config.get("bias", "none") != "none":
+                return "bias"
+    return None
+
+
+def _flat_targets(config: Mapping[str, Any]) -> list[str]:
+    """Targeted parameter names, innermost wrapper first.
+
+    PEFT stores ``target_parameters`` sorted, but nests one wrapper per parameter in the
+    module's registration order, which is gate/up before down in every MoE block in
+    transformers; so gate/up-like names come first.
+    """
+    names = [p.rsplit(".", 1)[-1] for p in config.get("target_parameters") or []]
+    return sorted(names, key=lambda n: not any(t in n for t in ("gate", "up", "w1", "w3")))
+
+
+def _target_of(module: str, config: Mapping[str, Any]) -> tuple[str, str, int | None]:
+    """(target, kind, expert index) of a module path."""
+    expert_match = _EXPERT.search(module + ".")
+    if expert_match:
+        return _leaf(module), "moe-per-expert", int(expert_match.group(1))
+    stripped = module
+    depth = 0
+    while stripped.endswith(".base_layer"):
+        stripped = stripped[: -len(".base_layer")]
+        depth += 1
+    if _leaf(stripped) == "experts" or (config.get("target_parameters") and depth):
+        names = _flat_targets(config)
+        if names and depth < len(names):
+            return names[len(names) - 1 - depth], "moe-flat", None
+        return _leaf(stripped), "moe-flat", None
+    if ".experts." in module + ".":
+        return _leaf(module), "moe-packed", None
+    return _leaf(module), "linear", None
+
+
+def _module_record(
+    module: str,
+    halves: Mapping[str, str],
+    tensors: Mapping[str, TensorInfo],
+    config: Mapping[str, Any],
+) -> LoRAModuleSpec:
+    a_key = halves.get("A") or halves.get("eA")
+    b_key = halves.get("B") or halves.get("eB")
+    a = tensors[a_key] if a_key else None
+    b = tensors[b_key] if b_key else None
+    embedding = "eA" in halves or "eB" in halves
+    target, kind, expert = _target_of(module, config)
+    if embedding:
+        kind = "embedding"
+    a_shape = a.shape if a else None
+    b_shape = b.shape if b else None
+    if kind != "embedding" and ((a_shape and len(a_shape) == 3) or (b_shape and len(b_shape) == 3)):
+        kind = "moe-packed"
+    rank: int | None = None
+    experts: int | None = None
+    half = a or b
+    if kind == "moe-packed":
+        if b_shape and len(b_shape) == 3:
+            rank = b_shape[-1]
+        elif a_shape and len(a_shape) == 3:
+            rank = a_shape[-2] // (2 if "gate_up" in target or "w13" in target else 1)
+        experts = max((s[0] for s in (a_shape, b_shape) if s and len(s) == 3), default=None)
+    elif a_shape and len(a_shape) == 2:
+        rank = a_shape[0]
+    elif b_shape and len(b_shape) == 2:
+        rank = b_shape[1]
+    if kind == "moe-flat" and rank:
+        r = pattern_value(config.get("rank_pattern") or {}, module) or config.get("r")
+        if isinstance(r, int) and r > 0 and rank % r == 0:
+            experts = rank // r
+            rank = r
+    if rank == 0:
+        rank = None
+    layer_match = _LAYER.search("." + module + ".")
+    return LoRAModuleSpec(
+        module=module, target=target, kind=kind, rank=rank, a_shape=a_shape, b_shape=b_shape,
+        dtype=half.dtype if half else "", layer=int(layer_match.group(1))
+        if layer_match else None, expert=expert, experts=experts, a_key=a_key, b_key=b_key,
+    )
+
+
+def _features(config: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    kinds = set(extra.values())
+    if config.get("use_dora") or "dora" in kinds:
+        found["dora"] = config.get("use_dora", "magnitude vectors in the weights")
+    if config.get("lora_bias") or "lora_bias" in kinds:
+        found["lora_bias"] = config.get("lora_bias", "lora_B.bias in the weights")
+    if config.get("bias", "none") != "none" or "bias" in kinds:
+        found["bias"] = config.get("bias")
+    if config.get("modules_to_save") or "modules_to_save" in kinds:
+        found["modules_to_save"] = config.get("modules_to_save")
+    if config.get("trainable_token_indices") is not None or "trainable_tokens" in kinds:
+        found["trainable_tokens"] = config.get("trainable_token_indices")
+    if config.get("peft_type", "LORA") != "LORA":
+        found["peft_type"] = config.get("peft_type")
+    for name in ("alora", "layer_replication", "qalora"):
+        value = config.get(FEATURES[name])
+        if value:
+            found[name] = value
+    return found
+
+
+def load_spec(path: str | os.PathLike[str]) -> AdapterSpec:
+    """`inspect_adapter` without reporting: raises `Malformed` for an unreadable adapter."""
+    folder = pathlib.Path(path)
+    if not folder.exists():
+        raise Malformed(str(folder), "no such file or folder")
+    if not folder.is_dir():
+        raise Malformed(folder.name, "not an adapter folder (expected a folder holding "
+                        "adapter_config.json and adapter_model.safetensors)")
+    config, config_size = _read_config(folder)
+    tensors, metadata, weights_size = _read_weights(folder)
+    halves: dict[str, dict[str, str]] = {}
+    extra: dict[str, str] = {}
+    unknown: list[str] = []
+    for key in tensors:
+        split = _split(key)
+        if split is not None and split[1] in ("A", "B", "eA", "eB"):
+            halves.setdefault(split[0], {})[split[1]] = key
+        elif split is not None:
+            extra[key] = split[1]
+        else:
+            other = _classify_other(key, config)
+            if other is None:
+                unknown.append(key)
+            else:
+                extra[key] = other
+    modules = {
+        module: _module_record(module, parts, tensors, config)
+        for module, parts in sorted(halves.items())
+    }
+    layout, _ = check_moe_layouts(folder.name, tensors)
+    lora_keys = [k for parts in halves.values() for k in parts.values()]
+    ranks = [m.rank for m in modules.values() if m.rank]
+    return AdapterSpec(
+        path=folder,
+        config=types.MappingProxyType(config),
+        tensors=types.MappingProxyType(tensors),
+        modules=types.MappingProxyType(modules),
+        rank=max(ranks) if ranks else int(config["r"]),
+        moe_layout=layout,
+        target_modules=tuple(sorted({m.target for m in modules.values()})),
+        features=types.MappingProxyType(_features(config, extra)),
+        dtypes=tuple(sorted({tensors[k].dtype for k in lora_keys})),
+        size=config_size + weights_size,
+        metadata=types.MappingProxyType(metadata),
+        unknown_keys=tuple(sorted(unknown)),
+        extra_keys=types.MappingProxyType(extra),
+    )
+
+
+def malformed_violation(subject: str, exc: Malformed) -> Violation:
+    """The LG108 violation for an unreadable adapter."""
+    return make_violation("LG108", "malformed", subject, file=exc.file, problem=exc.problem)
+
+
+def inspect_adapter(path: str | os.PathLike[str]) -> AdapterSpec:
+    """Read one adapter folder's config and safetensors header into an `AdapterSpec`.
+
+    Never reads tensor data and never unpickles. An adapter that cannot be read safely (a
+    missing or invalid ``adapter_config.json``, an invalid or inconsistent header, pickle
+    weights, a symlink out of the folder) raises `lora_guard.AdapterError` LG108 naming the
+    file and the problem, whatever the mode: there is no spec to return. Serving problems
+    (rank, targets, features, dims) are not raised here; `check_adapters` reports them.
+
+    Example:
+        >>> import tempfile, lora_guard as lg
+        >>> from lora_guard._adapter_writer import write_adapter
+        >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/a", targets=("q_proj",)))
+        >>> sorted(spec.modules)
+        ['model.layers.0.self_attn.q_proj', 'model.layers.1.self_attn.q_proj']
+        >>> lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/old", defects=("pickle-bin",)))
+        Traceback (most recent call last):
+        ...
+        lora_guard.AdapterError: LG108 malformed-adapter: adapter 'old': adapter_model.bin: ...
+    """
+    folder = pathlib.Path(path)
+    try:
+        return load_spec(folder)
+    except Malformed as exc:
+        refuse([malformed_violation(f"adapter {folder.name!r}", exc)])

@@ -1,0 +1,163 @@
+"""The dims an adapter must fit, read from a Hugging Face ``config.json`` of the base model."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BaseModelDims", "load_base_config"]
+
+MAX_BASE_CONFIG_BYTES = 10_000_000
+
+
+def _int(config: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class BaseModelDims:
+    """The module dims of a base model, from its ``config.json``.
+
+    Example:
+        >>> from lora_guard._basemodel import BaseModelDims
+        >>> dims = BaseModelDims.from_config({
+        ...     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        ...     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128})
+        >>> dims.expected("k_proj", moe=False)
+        ((64, 'hidden_size 64'), (32, 'num_key_value_heads 2 x head_dim 16'))
+    """
+
+    hidden_size: int
+    num_layers: int | None
+    num_heads: int | None
+    num_kv_heads: int | None
+    head_dim: int | None
+    intermediate_size: int | None
+    vocab_size: int | None
+    num_experts: int | None = None
+    moe_intermediate_size: int | None = None
+    shared_expert_intermediate_size: int | None = None
+    source: str = "config.json"
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], source: str = "config.json") -> BaseModelDims:
+        """Dims from a config dict; raises ValueError when it has no hidden size."""
+        if not isinstance(config, Mapping):
+            raise ValueError(f"base config {source} is not a JSON object")
+        text = config.get("text_config")
+        if isinstance(text, Mapping):  # multimodal wrappers keep the language model inside
+            config = {**config, **text}
+        hidden = _int(config, "hidden_size", "n_embd", "d_model", "dim")
+        if hidden is None:
+            raise ValueError(
+                f"base config {source} has no hidden_size (or n_embd/d_model); pass the base "
+                "model's Hugging Face config.json"
+            )
+        heads = _int(config, "num_attention_heads", "n_head", "num_heads")
+        kv = _int(config, "num_key_value_heads", "num_kv_heads", "n_head_kv")
+        if kv is None and config.get("multi_query"):
+            kv = 1
+        head_dim = _int(config, "head_dim")
+        if head_dim is None and heads and hidden % heads == 0:
+            head_dim = hidden // heads
+        intermediate = _int(config, "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
+        experts = _int(config, "num_experts", "num_local_experts", "n_routed_experts",
+                       "moe_num_experts")
+        moe_intermediate = _int(config, "moe_intermediate_size", "expert_intermediate_size")
+        shared = _int(config, "shared_expert_intermediate_size")
+        n_shared = _int(config, "n_shared_experts")
+        if shared is None and n_shared and moe_intermediate:
+            shared = n_shared * moe_intermediate
+        return cls(
+            hidden_size=hidden,
+            num_layers=_int(config, "num_hidden_layers", "n_layer", "num_layers"),
+            num_heads=heads,
+            num_kv_heads=kv or heads,
+            head_dim=head_dim,
+            intermediate_size=intermediate,
+            vocab_size=_int(config, "vocab_size", "padded_vocab_size"),
+            num_experts=experts,
+            moe_intermediate_size=moe_intermediate or (intermediate if experts else None),
+            shared_expert_intermediate_size=shared,
+            source=source,
+        )
+
+    def _mlp(self, module: str, moe: bool) -> int | None:
+        if moe:
+            return self.moe_intermediate_size
+        if ".shared_expert." in module + "." or ".shared_experts." in module + ".":
+            return self.shared_expert_intermediate_size
+        return self.intermediate_size
+
+    def expected(
+        self, target: str, *, moe: bool, module: str = ""
+    ) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
+        """((in, source), (out, source)) of a module type on this base model.
+
+        A dim is None where this config does not tell it (an unknown module type).
+        """
+        h = (self.hidden_size, f"hidden_size {self.hidden_size}")
+        q: tuple[int | None, str] = (None, "")
+        kv: tuple[int | None, str] = (None, "")
+        if self.num_heads and self.head_dim:
+            q = (self.num_heads * self.head_dim,
+                 f"num_attention_heads {self.num_heads} x head_dim {self.head_dim}")
+        if self.num_kv_heads and self.head_dim:
+            kv = (self.num_kv_heads * self.head_dim,
+                  f"num_key_value_heads {self.num_kv_heads} x head_dim {self.head_dim}")
+        size = self._mlp(module, moe)
+        name = ("moe_intermediate_size" if moe else
+                "shared_expert_intermediate_size"
+                if size is not None and size == self.shared_expert_intermediate_size
+                and size != self.intermediate_size else "intermediate_size")
+        inter: tuple[int | None, str] = (size, f"{name} {size}")
+        gate_up: tuple[int | None, str] = (
+            (2 * size, f"2 x {name} {size}") if size else (None, ""))
+        qkv: tuple[int | None, str] = (None, "")
+        if q[0] and kv[0]:
+            qkv = (q[0] + 2 * kv[0], f"({q[1]}) + 2 x ({kv[1]})")
+        vocab: tuple[int | None, str] = (self.vocab_size, f"vocab_size {self.vocab_size}")
+        table = {
+            "q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "qkv_proj": (h, qkv),
+            "gate_proj": (h, inter), "up_proj": (h, inter), "w1": (h, inter), "w3": (h, inter),
+            "gate_up_proj": (h, gate_up), "down_proj": (inter, h), "w2": (inter, h),
+            "lm_head": (h, vocab), "embed_tokens": (vocab, h),
+        }
+        unknown: tuple[int | None, str] = (None, "")
+        return table.get(target, (unknown, unknown))
+
+
+def load_base_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> BaseModelDims:
+    """`BaseModelDims` from a config.json path (or a folder holding one) or a dict.
+
+    Raises ValueError with the reason when it cannot be read.
+    """
+    if isinstance(source, Mapping):
+        return BaseModelDims.from_config(source, "base_config")
+    path = pathlib.Path(source)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BASE_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(
+            f"cannot read base config {str(path)!r}: {exc.strerror or exc}; pass the base "
+            "model's config.json"
+        ) from None
+    if len(raw) > MAX_BASE_CONFIG_BYTES:
+        raise ValueError(f"base config {str(path)!r} is larger than {MAX_BASE_CONFIG_BYTES} bytes")
+    try:
+        config = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"base config {str(path)!r} is not valid JSON ({exc})") from None
+    return BaseModelDims.from_config(config, str(path))

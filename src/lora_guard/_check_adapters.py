@@ -1,0 +1,657 @@
+"""Will these adapters serve together? `ServingLimits`, `check_adapters` -> `Report`."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import types
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from ._adapters import (
+    FEATURES,
+    AdapterSpec,
+    LoRAModuleSpec,
+    Malformed,
+    is_adapter_dir,
+    load_spec,
+    malformed_violation,
+    pattern_value,
+)
+from ._basemodel import BaseModelDims, load_base_config
+from ._checks import MoELayout, check_moe_layouts
+from ._config import report as _report
+from ._errors import Violation, make_violation
+from ._safetensors import DTYPE_NAMES, safetensors_code
+
+__all__ = ["SCHEMA_VERSION", "Report", "ServingLimits", "adapter_servable", "check_adapters"]
+
+SCHEMA_VERSION = 1
+"""Version of `Report.to_dict`'s JSON schema; bumped only on an incompatible change."""
+
+PathOrSpec = Union[str, "os.PathLike[str]", AdapterSpec]
+_SET = "*"
+_MAX_PER_KIND = 10
+
+_FEATURE_TEXT = {
+    "dora": "DoRA",
+    "lora_bias": "a LoRA bias",
+    "bias": "trained biases",
+    "modules_to_save": "full weights of modules_to_save",
+    "trainable_tokens": "trainable tokens",
+    "peft_type": "a PEFT method other than LoRA",
+    "alora": "activated LoRA",
+    "layer_replication": "layer replication",
+    "qalora": "QALoRA",
+}
+
+
+def _positive_int(owner: str, name: str, value: object) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{owner}({name}=...) must be a positive int or None, got {value!r}")
+
+
+def _names(owner: str, name: str, value: object, example: str) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ValueError(
+            f"{owner}({name}=...) takes a collection of names such as {example}, got {value!r}"
+        )
+    items = list(value)
+    if not items or not all(isinstance(v, str) and v for v in items):
+        raise ValueError(
+            f"{owner}({name}=...) takes a non-empty collection of names such as {example}, "
+            f"got {items!r}"
+        )
+    return frozenset(items)
+
+
+@dataclass(frozen=True)
+class ServingLimits:
+    """What a server serves: max rank, ranks, slots, modules, dtypes, base model, features.
+
+    Every option is optional and validated when the limits are made. ``base_config`` is the
+    base model's Hugging Face ``config.json`` (a path, a folder holding it, or a dict).
+    ``allow`` names config features the server does implement (``dora``, ``lora_bias``,
+    ``bias``, ``modules_to_save``, ``trainable_tokens``, ``peft_type``, ``alora``,
+    ``layer_replication``, ``qalora``); any other feature in use is LG105.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> limits = lg.ServingLimits(max_rank=16, target_modules=("q_proj", "v_proj"),
+        ...                           dtypes=("bf16", "float16"))
+        >>> sorted(limits.dtypes)
+        ['bfloat16', 'float16']
+        >>> lg.ServingLimits(max_rank=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: ServingLimits(max_rank=...) must be a positive int or None, got 0
+    """
+
+    max_rank: int | None = None
+    """Largest rank the server's pool holds (vLLM ``max_lora_rank``)."""
+    allowed_ranks: frozenset[int] | None = None
+    """Ranks the server serves, when it serves only some."""
+    max_loras: int | None = None
+    """Adapter slots (vLLM ``max_loras``, sglang ``max_loras_per_batch``)."""
+    target_modules: frozenset[str] | None = None
+    """Module types (or module path suffixes) the server applies LoRA to."""
+    dtypes: frozenset[str] | None = None
+    """Allowed dtypes, as torch-style names."""
+    base_config: str | os.PathLike[str] | Mapping[str, Any] | None = None
+    """The base model's config.json (path, folder or dict), as given."""
+    allow: frozenset[str] = frozenset()
+    """Features the server implements (names as above)."""
+    base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
+    """The dims read from ``base_config``."""
+
+    def __post_init__(self) -> None:
+        owner = "ServingLimits"
+        _positive_int(owner, "max_rank", self.max_rank)
+        _positive_int(owner, "max_loras", self.max_loras)
+        if self.allowed_ranks is not None:
+            ranks = self.allowed_ranks
+            if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Iterable):
+                raise ValueError(
+                    f"ServingLimits(allowed_ranks=...) takes a collection of ranks such as "
+                    f"(8, 16), got {ranks!r}"
+                )
+            listed = list(ranks)
+            if not listed or not all(
+                isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in listed
+            ):
+                raise ValueError(
+                    "ServingLimits(allowed_ranks=...) takes a non-empty collection of positive "
+                    f"ints such as (8, 16), got {listed!r}"
+                )
+            object.__setattr__(self, "allowed_ranks", frozenset(listed))
+        object.__setattr__(self, "target_modules", _names(
+            owner, "target_modules", self.target_modules, "('q_proj', 'v_proj')"))
+        dtypes = _names(owner, "dtypes", self.dtypes, "('bfloat16', 'float16')")
+        if dtypes is not None:
+            normal = set()
+            for d in dtypes:
+                alias = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(d, d)
+                try:
+                    normal.add(DTYPE_NAMES[safetensors_code(alias)])
+                except ValueError:
+                    raise ValueError(
+                        f"ServingLimits(dtypes=...) got unknown dtype {d!r}; use names such as "
+                        "'bfloat16', 'float16', 'float32'"
+                    ) from None
+            object.__setattr__(self, "dtypes", frozenset(normal))
+        allow = _names(owner, "allow", self.allow, "('dora',)") if self.allow else frozenset()
+        unknown = sorted(set(allow or ()) - set(FEATURES))
+        if unknown:
+            raise ValueError(
+                f"ServingLimits(allow=...) got unknown feature(s) {unknown}; known features: "
+                f"{', '.join(FEATURES)}"
+            )
+        object.__setattr__(self, "allow", frozenset(allow or ()))
+        if self.base_config is not None:
+            if not isinstance(self.base_config, (str, os.PathLike, Mapping)):
+                raise ValueError(
+                    "ServingLimits(base_config=...) takes a config.json path or a dict, got "
+                    f"{type(self.base_config).__name__}"
+                )
+            object.__setattr__(self, "base", load_base_config(self.base_config))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The limits as JSON-ready values (sets as sorted lists)."""
+        def listed(v: frozenset[Any] | None) -> list[Any] | None:
+            return None if v is None else sorted(v)
+
+        base = self.base_config
+        return {
+            "max_rank": self.max_rank,
+            "allowed_ranks": listed(self.allowed_ranks),
+            "max_loras": self.max_loras,
+            "target_modules": listed(self.target_modules),
+            "dtypes": listed(self.dtypes),
+            "base_config": None if base is None else
+            ("<dict>" if isinstance(base, Mapping) else os.fspath(base)),
+            "allow": sorted(self.allow),
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    """The answer of `check_adapters`: the adapters read, and every violation found.
+
+    ``ok`` is True when nothing was found. ``by_adapter`` groups the violations by adapter id
+    (``"*"`` holds those about the set as a whole, e.g. LG110). `to_dict` is the JSON form
+    ``lora-guard check --format json`` prints (``schema_version`` 1).
+
+    Example:
+        >>> import tempfile, lora_guard as lg
+        >>> from lora_guard._adapter_writer import write_adapter
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_adapter(f"{root}/math", rank=8), write_adapter(f"{root}/code", rank=64)
+        >>> report = lg.check_adapters(root, lg.ServingLimits(max_rank=16))
+        >>> report.ok, [spec.name for spec in report.adapters]
+        (False, ['code', 'math'])
+        >>> [v.code for v in report.violations]
+        ['LG101']
+    """
+
+    adapters: tuple[AdapterSpec, ...]
+    """The adapters that could be read, in the order checked."""
+    violations: tuple[Violation, ...]
+    """Every violation, grouped by adapter in the order checked, then the set's."""
+    ids: tuple[str, ...] = ()
+    """Every adapter id checked (readable or not), in order."""
+    by_adapter: Mapping[str, tuple[Violation, ...]] = field(
+        default_factory=lambda: types.MappingProxyType({}))
+    """Adapter id -> its violations (``"*"`` for the set's)."""
+    limits: ServingLimits | None = None
+    """The limits checked against."""
+
+    @property
+    def ok(self) -> bool:
+        """True when no violation was found."""
+        return not self.violations
+
+    def spec(self, adapter_id: str) -> AdapterSpec | None:
+        """The spec of a checked adapter id, None if it could not be read."""
+        key = _spec_key(adapter_id)
+        return next((s for s in self.adapters if str(s.path) == key), None)
+
+    def codes(self) -> list[str]:
+        """The codes of `violations`, in order."""
+        return [v.code for v in self.violations]
+
+    def enforce(self) -> None:
+        """Report the violations through the mode: raises `lora_guard.AdapterError` (or the
+        error of the first violation's code) in ``raise`` mode, warns in ``warn`` mode."""
+        _report(list(self.violations))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``schema_version`` 1): see the checking guide for every field."""
+        specs = {str(s.path): s for s in self.adapters}
+        adapters = []
+        for adapter_id in self.ids:
+            spec = specs.get(_spec_key(adapter_id))
+            found = self.by_adapter.get(adapter_id, ())
+            entry: dict[str, Any] = {
+                "id": adapter_id,
+                "ok": not found,
+                "readable": spec is not None,
+                "rank": None, "dtypes": [], "layout": None, "targets": [], "size": None,
+                "features": [], "modules": 0, "tensors": 0,
+                "base_model": None,
+            }
+            if spec is not None:
+                entry.update(
+                    rank=spec.rank, dtypes=list(spec.dtypes), layout=spec.layout,
+                    targets=list(spec.target_modules), size=spec.size,
+                    features=sorted(spec.features), modules=len(spec.modules),
+                    tensors=len(spec.tensors),
+                    base_model=spec.config.get("base_model_name_or_path"),
+                )
+            entry["violations"] = [v.to_dict() for v in found]
+            adapters.append(entry)
+        counts: dict[str, int] = {}
+        for v in self.violations:
+            counts[v.code] = counts.get(v.code, 0) + 1
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "ok": self.ok,
+            "limits": self.limits.to_dict() if self.limits else ServingLimits().to_dict(),
+            "summary": {
+                "adapters": len(self.ids),
+                "failed": sum(1 for a in adapters if not a["ok"]),
+                "violations": len(self.violations),
+                "by_code": dict(sorted(counts.items())),
+            },
+            "adapters": adapters,
+            "set_violations": [v.to_dict() for v in self.by_adapter.get(_SET, ())],
+        }
+
+
+def _spec_key(adapter_id: str) -> str:
+    return str(pathlib.Path(adapter_id))
+
+
+# --- discovery -----------------------------------------------------------------------------
+
+
+def _discover(item: PathOrSpec) -> list[tuple[str, AdapterSpec | pathlib.Path | Malformed]]:
+    if isinstance(item, AdapterSpec):
+        return [(str(item.path), item)]
+    path = pathlib.Path(item)
+    shown = os.fspath(item)
+    if not path.exists() and not path.is_symlink():
+        return [(shown, Malformed(shown, "no such file or folder"))]
+    if path.is_file() and path.name in ("adapter_config.json", "adapter_model.safetensors"):
+        return [(str(path.parent), path.parent)]
+    if not path.is_dir():
+        return [(shown, Malformed(shown, "not an adapter folder"))]
+    if is_adapter_dir(path):
+        return [(shown, path)]
+    found: list[tuple[str, AdapterSpec | pathlib.Path | Malformed]] = []
+    for root, dirs, _ in os.walk(path):  # symlinked folders are not followed
+        dirs.sort()
+        here = pathlib.Path(root)
+        keep = []
+        for d in dirs:
+            child = here / d
+            if is_adapter_dir(child):
+                found.append((str(child), child))
+            elif not child.is_symlink():
+                keep.append(d)
+        dirs[:] = keep
+    if not found:
+        return [(shown, Malformed(
+            shown, "no adapter found (no folder holding adapter_config.json or "
+            "adapter_model.safetensors)"))]
+    return found
+
+
+# --- checks on one adapter -----------------------------------------------------------------
+
+
+def _more(first: str, count: int) -> str:
+    return first if count <= 1 else f"{first} (and {count - 1} more)"
+
+
+class _Grouped:
+    """Collects (variant, values) -> first subject and count, to report each kind once."""
+
+    def __init__(self) -> None:
+        self.items: dict[tuple[Any, ...], list[Any]] = {}
+
+    def add(self, group: tuple[Any, ...], name: str, details: dict[str, Any]) -> None:
+        entry = self.items.setdefault(group, [name, 0, details])
+        entry[1] += 1
+
+
+def _config_rank(spec: AdapterSpec, module: str) -> int:
+    value = pattern_value(spec.config.get("rank_pattern") or {}, module)
+    return int(value) if value is not None else int(spec.config["r"])
+
+
+def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
+                 found: list[Violation], grouped: _Grouped) -> None:
+    a, b = module.a_shape, module.b_shape
+    if a is None or b is None:
+        return
+    if module.kind == "moe-packed":
+        factor = 2 if "gate_up" in module.target or "w13" in module.target else 1
+        rank_a = a[-2] // factor if len(a) == 3 else None
+        rank_b = b[-1] if len(b) == 3 else None
+        agree = len(a) == 3 and len(b) == 3 and a[-2] == factor * b[-1]
+    else:
+        rank_a = a[0] if len(a) == 2 else None
+        rank_b = b[1] if len(b) == 2 else None
+        agree = len(a) == 2 and len(b) == 2 and a[0] == b[1]
+    if not agree:
+        found.append(make_violation(
+            "LG102", "a-b", subject, module=module.module, rank_a=rank_a, rank_b=rank_b,
+            shape_a=a, shape_b=b))
+        return
+    expected = _config_rank(spec, module.module)
+    rank = module.rank if module.rank is not None else rank_a
+    if module.kind == "moe-flat" and module.experts is None:
+        rank = rank_a  # rows not a multiple of r: report the rows
+    if rank != expected:
+        grouped.add(("LG102", "config", rank, expected), module.module,
+                    {"rank": rank, "config_rank": expected})
+
+
+def _check_base(subject: str, module: LoRAModuleSpec, base: BaseModelDims,
+                grouped: _Grouped) -> None:
+    key = module.a_key or module.b_key or module.module
+    if module.layer is not None and base.num_layers is not None and (
+            module.layer >= base.num_layers):
+        grouped.add(("LG109", "layer", module.layer), key,
+                    {"layer": module.layer, "layers": base.num_layers})
+        return
+    moe = module.kind.startswith("moe")
+    if moe and base.num_experts is not None:
+        if module.expert is not None and module.expert >= base.num_experts:
+            grouped.add(("LG109", "expert", module.expert), key,
+                        {"expert": module.expert, "experts": base.num_experts})
+            return
+        if module.experts is not None and module.experts != base.num_experts and (
+                module.experts != 1 or module.kind != "moe-packed"):
+            grouped.add(("LG109", "dim", module.target, "expert-count", module.experts),
+                        key, {"which": "expert", "got": module.experts,
+                              "module_kind": f"{module.target} experts",
+                              "expected": base.num_experts,
+                              "source": f"num_experts {base.num_experts}"})
+            return
+    if moe and base.num_experts is None:
+        grouped.add(("LG109", "dim", module.target, "experts"), key, {
+            "which": "expert", "got": module.experts or "some",
+            "module_kind": f"{module.target} experts", "expected": 0,
+            "source": "the base config has no experts"})
+        return
+    if module.kind == "embedding":
+        (vocab, _), _ = base.expected("embed_tokens", moe=False)
+        if module.a_shape and vocab and module.a_shape[-1] != vocab:
+            grouped.add(("LG109", "vocab", module.a_shape[-1]), module.a_key or key,
+                        {"got": module.a_shape[-1], "expected": vocab})
+        if module.b_shape and len(module.b_shape) == 2 and (
+                module.b_shape[0] != base.hidden_size):
+            grouped.add(("LG109", "dim", "embed_tokens", "out", module.b_shape[0]),
+                        module.b_key or key, {
+                            "which": "out", "got": module.b_shape[0],
+                            "module_kind": "embed_tokens", "expected": base.hidden_size,
+                            "source": f"hidden_size {base.hidden_size}"})
+        return
+    (exp_in, in_src), (exp_out, out_src) = base.expected(
+        module.target, moe=moe, module=module.module)
+    if module.a_shape and exp_in is not None and module.a_shape[-1] != exp_in:
+        grouped.add(("LG109", "dim", module.target, "in", module.a_shape[-1]),
+                    module.a_key or key, {
+                        "which": "in", "got": module.a_shape[-1],
+                        "module_kind": module.target, "expected": exp_in, "source": in_src})
+    out = module.out_features
+    if out is not None and exp_out is not None and out != exp_out:
+        if module.target == "lm_head":
+            grouped.add(("LG109", "vocab", out), module.b_key or key,
+                        {"got": out, "expected": exp_out})
+        else:
+            grouped.add(("LG109", "dim", module.target, "out", out), module.b_key or key, {
+                "which": "out", "got": out, "module_kind": module.target,
+                "expected": exp_out, "source": out_src})
+
+
+def _check_saved_embeddings(spec: AdapterSpec, base: BaseModelDims, grouped: _Grouped) -> None:
+    for key, what in spec.extra_keys.items():
+        if what not in ("embedding-base", "modules_to_save"):
+            continue
+        shape = spec.tensors[key].shape
+        leaf = key.removesuffix(".weight").removesuffix(".base_layer").rsplit(".", 1)[-1]
+        if leaf not in ("embed_tokens", "lm_head") or len(shape) != 2 or not base.vocab_size:
+            continue
+        if shape[0] != base.vocab_size:
+            grouped.add(("LG109", "vocab", shape[0]), key,
+                        {"got": shape[0], "expected": base.vocab_size})
+
+
+def _served(module: LoRAModuleSpec, served: frozenset[str]) -> bool:
+    if module.target in served or any(
+        module.module == s or module.module.endswith("." + s) for s in served
+    ):
+        return True
+    fused = {"gate_up_proj": {"gate_proj", "up_proj"}, "qkv_proj": {"q_proj", "k_proj", "v_proj"},
+             "w13": {"w1", "w3"}}
+    if module.target in fused and fused[module.target] <= served:
+        return True
+    return module.kind in ("moe-flat", "moe-packed") and "experts" in served
+
+
+def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits) -> list[Violation]:
+    found: list[Violation] = []
+    grouped = _Grouped()
+    # LG105: features the server does not serve
+    for name, value in spec.features.items():
+        if name not in limits.allow:
+            found.append(make_violation(
+                "LG105", "feature", subject, feature=_FEATURE_TEXT.get(name, name),
+                value=f"{FEATURES.get(name, name)}={value!r}", allow_name=name))
+    # LG104: keys outside the grammar
+    for key in spec.unknown_keys[:_MAX_PER_KIND]:
+        found.append(make_violation("LG104", "grammar", subject, key=key))
+    if len(spec.unknown_keys) > _MAX_PER_KIND:
+        rest = len(spec.unknown_keys) - _MAX_PER_KIND
+        found.append(make_violation("LG104", "grammar", subject,
+                                    key=f"... and {rest} more keys"))
+    # LG107: zero-size tensors
+    empty = [k for k, t in spec.tensors.items() if 0 in t.shape]
+    for key in empty:
+        found.append(make_violation("LG107", "empty", subject, key=key,
+                                    shape=spec.tensors[key].shape))
+    empty_set = set(empty)
+    ranks: dict[int, str] = {}
+    for module in spec.modules.values():
+        # LG103: orphan halves
+        if module.a_key is None or module.b_key is None:
+            embedding = module.kind == "embedding"
+            a_name = "lora_embedding_A" if embedding else "lora_A"
+            b_name = "lora_embedding_B" if embedding else "lora_B"
+            present, missing = (a_name, b_name) if module.b_key is None else (b_name, a_name)
+            grouped.add(("LG103", "orphan", present), module.module,
+                        {"present": present, "missing": missing})
+        if module.a_key in empty_set or module.b_key in empty_set:
+            continue
+        # LG104: modules the server does not serve
+        if limits.target_modules is not None and not _served(module, limits.target_modules):
+            grouped.add(("LG104", "module", module.target), module.module,
+                        {"target": module.target, "served": ", ".join(
+                            sorted(limits.target_modules))})
+        # LG102: A vs B, tensors vs config
+        _check_ranks(subject, spec, module, found, grouped)
+        if module.rank:
+            ranks.setdefault(module.rank, module.module)
+        # LG109: fit to the base model
+        if limits.base is not None:
+            _check_base(subject, module, limits.base, grouped)
+    if limits.base is not None:
+        _check_saved_embeddings(spec, limits.base, grouped)
+    # LG101: ranks above the limit (config values too, as vLLM checks them)
+    config_ranks = {int(spec.config["r"]): "r in adapter_config.json"}
+    for key, value in (spec.config.get("rank_pattern") or {}).items():
+        config_ranks.setdefault(int(value), f"rank_pattern[{key!r}]")
+    for rank, where in config_ranks.items():
+        ranks.setdefault(rank, where)
+    for rank, where in sorted(ranks.items()):
+        if limits.max_rank is not None and rank > limits.max_rank:
+            found.append(make_violation("LG101", "max", subject, rank=rank, module=where,
+                                        max_rank=limits.max_rank))
+        elif limits.allowed_ranks is not None and rank not in limits.allowed_ranks:
+            found.append(make_violation("LG101", "allowed", subject, rank=rank, module=where,
+                                        allowed=sorted(limits.allowed_ranks)))
+    # LG106: dtypes
+    lora_keys = [k for m in spec.modules.values() for k in (m.a_key, m.b_key) if k]
+    if len(spec.dtypes) > 1:
+        found.append(make_violation("LG106", "mixed", subject, dtypes=list(spec.dtypes)))
+    if limits.dtypes is not None:
+        for dtype in spec.dtypes:
+            if dtype not in limits.dtypes:
+                first = next(k for k in lora_keys if spec.tensors[k].dtype == dtype)
+                count = sum(1 for k in lora_keys if spec.tensors[k].dtype == dtype)
+                found.append(make_violation(
+                    "LG106", "allowed", subject, dtype=dtype, key=_more(first, count),
+                    allowed=", ".join(sorted(limits.dtypes))))
+    for (code, variant, *_), (name, count, details) in grouped.items.items():
+        target = "module" if code in ("LG102", "LG103", "LG104") else "key"
+        found.append(make_violation(code, variant, subject, **{
+            **details, target: _more(name, count)}))
+    # LG002: one adapter whose own MoE weights mix layouts
+    _, mixed = check_moe_layouts(subject, spec.tensors)
+    found.extend(mixed)
+    order = {c: i for i, c in enumerate(
+        ("LG105", "LG104", "LG103", "LG107", "LG102", "LG101", "LG106", "LG109", "LG002"))}
+    found.sort(key=lambda v: order.get(v.code, 99))
+    return found
+
+
+def _as_list(paths_or_specs: PathOrSpec | Iterable[PathOrSpec]) -> list[PathOrSpec]:
+    if isinstance(paths_or_specs, (str, os.PathLike, AdapterSpec)):
+        return [paths_or_specs]
+    if isinstance(paths_or_specs, Iterable):
+        items = list(paths_or_specs)
+        for item in items:
+            if not isinstance(item, (str, os.PathLike, AdapterSpec)):
+                raise TypeError(
+                    "check_adapters takes paths (str or PathLike) or lg.AdapterSpec objects, "
+                    f"got {type(item).__name__}"
+                )
+        return items
+    raise TypeError(
+        "check_adapters takes a path, an lg.AdapterSpec, or a list of them, got "
+        f"{type(paths_or_specs).__name__}"
+    )
+
+
+def check_adapters(
+    paths_or_specs: PathOrSpec | Iterable[PathOrSpec],
+    limits: ServingLimits | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> Report:
+    """Check a set of adapters against what a server serves; never raises for a bad adapter.
+
+    Each path is an adapter folder, or a folder searched for adapter folders (a folder with
+    ``adapter_config.json`` or adapter weights is an adapter; otherwise its subfolders are
+    searched); `AdapterSpec` objects are checked as they are. A path that holds no readable
+    adapter is itself reported (LG108). Every check of LG101-LG110 runs on each adapter, then
+    LG110 and LG002 across the set. ``progress(done, total)`` is called after each adapter.
+
+    The report is returned, not raised: call `Report.enforce` to report it through the mode.
+
+    Example:
+        >>> import tempfile, lora_guard as lg
+        >>> from lora_guard._adapter_writer import write_adapter
+        >>> root = tempfile.mkdtemp()
+        >>> _ = write_adapter(f"{root}/ok"), write_adapter(f"{root}/dora", defects=("dora",))
+        >>> report = lg.check_adapters(root)
+        >>> [(v.code, v.subject.split("/")[-1]) for v in report.violations]
+        [('LG105', "dora'")]
+        >>> lg.check_adapters(root, lg.ServingLimits(allow={"dora"})).ok
+        True
+    """
+    if limits is None:
+        limits = ServingLimits()
+    elif not isinstance(limits, ServingLimits):
+        raise TypeError(
+            f"check_adapters(limits=...) takes an lg.ServingLimits, got {type(limits).__name__}"
+        )
+    if progress is not None and not callable(progress):
+        raise TypeError("check_adapters(progress=...) takes a callable(done, total) or None")
+    discovered: list[tuple[str, AdapterSpec | pathlib.Path | Malformed]] = []
+    seen: set[str] = set()
+    for item in _as_list(paths_or_specs):
+        for adapter_id, target in _discover(item):
+            real = os.path.realpath(adapter_id) if not isinstance(target, Malformed) else adapter_id
+            if real in seen:
+                continue
+            seen.add(real)
+            discovered.append((adapter_id, target))
+    specs: list[AdapterSpec] = []
+    by_adapter: dict[str, tuple[Violation, ...]] = {}
+    ids: list[str] = []
+    layouts: list[tuple[str, MoELayout]] = []
+    total = len(discovered)
+    for done, (adapter_id, target) in enumerate(discovered, 1):
+        subject = f"adapter {adapter_id!r}"
+        ids.append(adapter_id)
+        found: list[Violation]
+        if isinstance(target, Malformed):
+            found = [malformed_violation(subject, target)]
+        else:
+            try:
+                spec = target if isinstance(target, AdapterSpec) else load_spec(target)
+                found = _check_spec(subject, spec, limits)
+            except Malformed as exc:
+                found = [malformed_violation(subject, exc)]
+            except (OSError, ValueError, TypeError, KeyError, AttributeError,
+                    RecursionError) as exc:  # never a crash for one bad adapter
+                found = [malformed_violation(subject, Malformed(
+                    adapter_id, f"could not be checked ({type(exc).__name__}: {exc})"))]
+            else:
+                specs.append(spec)
+                if spec.moe_layout is not None and not any(v.code == "LG002" for v in found):
+                    layouts.append((adapter_id, spec.moe_layout))
+        if found:
+            by_adapter[adapter_id] = tuple(found)
+        if progress is not None:
+            progress(done, total)
+    if layouts:
+        owner, pool = layouts[0]
+        for adapter_id, layout in layouts[1:]:
+            if layout is not pool:
+                violation = make_violation(
+                    "LG002", "set", f"adapter {adapter_id!r}", layout=layout.value,
+                    pool_layout=pool.value, owner=owner)
+                by_adapter[adapter_id] = (*by_adapter.get(adapter_id, ()), violation)
+    if limits.max_loras is not None and len(ids) > limits.max_loras:
+        by_adapter[_SET] = (make_violation(
+            "LG110", "count", "adapter set", count=len(ids), max_loras=limits.max_loras),)
+    violations = [v for i in [*ids, _SET] for v in by_adapter.get(i, ())]
+    return Report(
+        adapters=tuple(specs), violations=tuple(violations), ids=tuple(ids),
+        by_adapter=types.MappingProxyType(by_adapter), limits=limits,
+    )
+
+
+def adapter_servable(spec: AdapterSpec | str | os.PathLike[str],
+                     limits: ServingLimits | None = None) -> bool:
+    """Every LG1xx check as a predicate: does this adapter serve within ``limits``?
+
+    Raises nothing for a bad adapter (an unreadable one is simply not servable).
+
+    Example:
+        >>> import tempfile, lora_guard as lg
+        >>> from lora_guard._adapter_writer import write_adapter
+        >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/a", rank=32))
+        >>> lg.adapter_servable(spec, lg.ServingLimits(max_rank=64))
+        True
+        >>> lg.adapter_servable(spec, lg.ServingLimits(max_rank=16))
+        False
+    """
+    return check_adapters([spec], limits).ok

@@ -1,0 +1,357 @@
+"""A strict safetensors header reader (and the tiny writer the test helpers use).
+
+The reader reads the 8-byte length and the JSON header, never the tensor data, and never
+trusts either: the header length is capped (and never read past the end of the file), the JSON
+must be a flat object without duplicate keys or deep nesting, every dtype must be known, every
+shape a list of non-negative integers whose size matches its byte range, and the byte ranges
+must be contiguous, non-overlapping and cover the data section exactly. Any problem raises
+`HeaderError` with a one-line ``problem`` that callers turn into an LG108 violation.
+
+Entry point for the fuzzers: ``read_safetensors_header(path) -> (tensors, metadata)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "DTYPE_BITS",
+    "DTYPE_NAMES",
+    "MAX_HEADER_BYTES",
+    "HeaderError",
+    "TensorInfo",
+    "encode_header",
+    "parse_header",
+    "read_header_and_size",
+    "read_safetensors_header",
+    "safetensors_code",
+    "write_safetensors",
+]
+
+MAX_HEADER_BYTES = 100_000_000
+"""The header length cap of the reference reader (100 MB)."""
+
+MAX_NESTING = 3
+"""Deepest JSON nesting of a valid header: ``{name: {"shape": [..]}}`` is 3 levels."""
+
+MAX_NDIM = 64
+"""More dims than any real tensor has; a longer shape is refused."""
+
+DTYPE_BITS: Mapping[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32, "C64": 64,
+    "F64": 64, "I64": 64, "U64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+"""Bits per element of every safetensors dtype code."""
+
+DTYPE_NAMES: Mapping[str, str] = {
+    "BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2",
+    "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu", "I16": "int16",
+    "U16": "uint16", "F16": "float16", "BF16": "bfloat16", "I32": "int32", "U32": "uint32",
+    "F32": "float32", "C64": "complex64", "F64": "float64", "I64": "int64", "U64": "uint64",
+    "F4": "float4_e2m1fn_x2", "F6_E2M3": "float6_e2m3fn", "F6_E3M2": "float6_e3m2fn",
+}
+"""torch-style dtype name of every safetensors dtype code."""
+
+_CODES = {name: code for code, name in DTYPE_NAMES.items()}
+_MAX_INT = 2**64 - 1
+
+
+class HeaderError(Exception):
+    """A safetensors file that cannot be read safely; ``problem`` says why, in one line."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One tensor as its safetensors header describes it; the data is never read.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> info = lg.TensorInfo(shape=(8, 64), dtype="float16", nbytes=1024)
+        >>> info.numel, info.shape
+        (512, (8, 64))
+    """
+
+    shape: tuple[int, ...]
+    """The tensor's shape."""
+    dtype: str
+    """torch-style dtype name, e.g. ``"bfloat16"``."""
+    nbytes: int
+    """Bytes of data in the file."""
+    offsets: tuple[int, int] = (0, 0)
+    """``data_offsets`` (begin, end) in the data section."""
+
+    @property
+    def numel(self) -> int:
+        """Number of elements (the product of the shape)."""
+        return math.prod(self.shape)
+
+
+def safetensors_code(dtype: str) -> str:
+    """The safetensors code (``"BF16"``) of a torch-style name (``"bfloat16"``) or a code."""
+    text = str(dtype).removeprefix("torch.")
+    if text in DTYPE_BITS:
+        return text
+    if text in _CODES:
+        return _CODES[text]
+    aliases = {"half": "F16", "float": "F32", "double": "F64", "long": "I64", "int": "I32"}
+    if text in aliases:
+        return aliases[text]
+    raise ValueError(
+        f"unknown dtype {dtype!r}; use one of {', '.join(sorted(_CODES))}"
+    )
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise HeaderError(f"duplicate key {key[:200]!r} in the header")
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> Any:
+    raise HeaderError(f"non-standard JSON constant {name} in the header")
+
+
+def _depth(value: object, limit: int) -> int:
+    """Nesting depth of a parsed JSON value, counted no deeper than ``limit``."""
+    if limit <= 0 or not isinstance(value, (dict, list)):
+        return 0
+    items = value.values() if isinstance(value, dict) else value
+    return 1 + max((_depth(v, limit - 1) for v in items), default=0)
+
+
+def _is_uint(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT
+
+
+def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """Validate a header's bytes against a data section of ``data_size`` bytes.
+
+    Returns ``(tensors, metadata)``; raises `HeaderError` naming the first problem.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HeaderError(f"header is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if not text.startswith("{"):
+        raise HeaderError("header does not start with a JSON object '{'")
+    try:
+        parsed = json.loads(
+            text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
+        )
+    except HeaderError:
+        raise
+    except RecursionError:
+        raise HeaderError(f"header JSON nests deeper than {MAX_NESTING} levels") from None
+    except ValueError as exc:
+        raise HeaderError(f"header is not valid JSON ({exc})") from None
+    if not isinstance(parsed, dict):
+        raise HeaderError("header is not a JSON object")
+    metadata: dict[str, str] = {}
+    tensors: dict[str, TensorInfo] = {}
+    for name, entry in parsed.items():
+        if name == "__metadata__":
+            if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+                raise HeaderError("__metadata__ is not an object of strings")
+            metadata = entry
+            continue
+        tensors[name] = _tensor_info(name, entry)
+    _check_offsets(tensors, data_size)
+    return tensors, metadata
+
+
+def _tensor_info(name: str, entry: object) -> TensorInfo:
+    """The entry's `TensorInfo`: a fast path for well-formed entries, else `_checked_info`."""
+    if type(entry) is dict and len(entry) == 3:
+        code = entry.get("dtype")
+        shape = entry.get("shape")
+        offsets = entry.get("data_offsets")
+        if (
+            type(code) is str and code in DTYPE_BITS
+            and type(shape) is list and len(shape) <= MAX_NDIM
+            and type(offsets) is list and len(offsets) == 2
+        ):
+            begin, end = offsets
+            good = type(begin) is int and type(end) is int and 0 <= begin <= end <= _MAX_INT
+            for d in shape:
+                if type(d) is not int or not 0 <= d <= _MAX_INT:
+                    good = False
+                    break
+            if good:
+                bits = math.prod(shape) * DTYPE_BITS[code]
+                if not bits % 8 and bits // 8 == end - begin:
+                    return TensorInfo(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
+    return _checked_info(name, entry)
+
+
+def _checked_info(name: str, entry: object) -> TensorInfo:
+    """Every check one by one, raising `HeaderError` for the first that fails."""
+    shown = repr(name[:200])
+    if not isinstance(entry, dict):
+        raise HeaderError(f"tensor {shown} is not an object with dtype, shape, data_offsets")
+    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in entry]
+    if missing:
+        raise HeaderError(f"tensor {shown} has no {', '.join(missing)}")
+    code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if len(entry) > 3 and _depth(entry, MAX_NESTING) > MAX_NESTING - 1:
+        raise HeaderError(f"tensor {shown} nests JSON deeper than {MAX_NESTING} levels")
+    if not isinstance(code, str) or code not in DTYPE_BITS:
+        raise HeaderError(f"tensor {shown} has unknown dtype {str(code)[:40]!r}")
+    if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+        raise HeaderError(
+            f"tensor {shown} has shape {str(shape)[:80]}, not a list of non-negative integers"
+        )
+    if len(shape) > MAX_NDIM:
+        raise HeaderError(f"tensor {shown} has {len(shape)} dims (more than {MAX_NDIM})")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(_is_uint(o) for o in offsets)
+    ):
+        raise HeaderError(
+            f"tensor {shown} has data_offsets {str(offsets)[:80]}, not two non-negative integers"
+        )
+    begin, end = offsets
+    if end < begin:
+        raise HeaderError(f"tensor {shown} has data_offsets [{begin}, {end}] that end before "
+                          "they begin")
+    bits = math.prod(shape) * DTYPE_BITS[code]
+    if bits % 8:
+        raise HeaderError(f"tensor {shown} of {code} {shape} is not a whole number of bytes")
+    if bits // 8 != end - begin:
+        raise HeaderError(
+            f"tensor {shown} of {code} {shape} needs {bits // 8} bytes but its data_offsets "
+            f"[{begin}, {end}] hold {end - begin}"
+        )
+    return TensorInfo(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
+
+
+def _check_offsets(tensors: Mapping[str, TensorInfo], data_size: int) -> None:
+    position = 0
+    for name, info in sorted(tensors.items(), key=lambda item: item[1].offsets):
+        begin, end = info.offsets
+        if begin > position:
+            raise HeaderError(
+                f"gap in the data: bytes {position}..{begin} belong to no tensor "
+                f"(before {name[:200]!r})"
+            )
+        if begin < position:
+            raise HeaderError(f"tensor {name[:200]!r} at [{begin}, {end}] overlaps another tensor")
+        if end > data_size:
+            raise HeaderError(
+                f"tensor {name[:200]!r} at [{begin}, {end}] runs past the end of the data "
+                f"({data_size} bytes)"
+            )
+        position = end
+    if position != data_size:
+        raise HeaderError(
+            f"the tensors cover {position} of the {data_size} data bytes; the file has "
+            "trailing bytes"
+        )
+
+
+def read_safetensors_header(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """Read and validate a safetensors file's header; never reads the tensor data.
+
+    Returns ``(tensors, metadata)``: tensor name -> `TensorInfo`, and the ``__metadata__``
+    strings. Raises `HeaderError` (with ``.problem``) for any file that is not a valid,
+    self-consistent safetensors file, and `OSError` when it cannot be opened.
+    """
+    tensors, metadata, _ = read_header_and_size(path)
+    return tensors, metadata
+
+
+def read_header_and_size(
+    path: str | os.PathLike[str],
+) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
+    """`read_safetensors_header` plus the file's size in bytes (from the same open file)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 8:
+            raise HeaderError(f"file is {size} bytes, too short for a safetensors header")
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > MAX_HEADER_BYTES:
+            raise HeaderError(
+                f"header length {length} bytes is over the {MAX_HEADER_BYTES} byte cap"
+            )
+        if length > size - 8:
+            raise HeaderError(
+                f"header length {length} bytes runs past the end of the file ({size} bytes); "
+                "the file is truncated"
+            )
+        if length < 2:
+            raise HeaderError(f"header length {length} bytes is too short for a JSON object")
+        raw = f.read(length)
+        if len(raw) != length:  # the file shrank while we read it
+            raise HeaderError(f"header truncated: read {len(raw)} of {length} bytes")
+    tensors, metadata = parse_header(raw, size - 8 - length)
+    return tensors, metadata, size
+
+
+# --- writing (tests, examples, benchmarks) -------------------------------------------------
+
+
+def encode_header(
+    tensors: Iterable[tuple[str, str, Sequence[int]]],
+    metadata: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], int]:
+    """The header object for ``(name, dtype, shape)`` entries laid out back to back.
+
+    Returns ``(header, data_size)``; the header is a plain dict a caller may still edit.
+    """
+    header: dict[str, Any] = {}
+    if metadata is not None:
+        header["__metadata__"] = dict(metadata)
+    position = 0
+    for name, dtype, shape in sorted(tensors, key=lambda t: t[0]):
+        code = safetensors_code(dtype)
+        nbytes = math.prod(shape) * DTYPE_BITS[code] // 8
+        header[name] = {
+            "dtype": code, "shape": list(shape), "data_offsets": [position, position + nbytes],
+        }
+        position += nbytes
+    return header, position
+
+
+def write_safetensors(
+    path: str | os.PathLike[str],
+    header: Mapping[str, Any] | bytes,
+    data_size: int,
+    *,
+    length: int | None = None,
+) -> None:
+    """Write a header and ``data_size`` zero bytes of data (a sparse file where possible).
+
+    ``header`` is a header object (serialised compactly, padded to 8 bytes) or raw bytes;
+    ``length`` overrides the 8-byte length field (to write a broken file on purpose).
+    """
+    if isinstance(header, bytes):
+        raw = header
+    else:
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw) if length is None else length))
+        f.write(raw)
+        if data_size:
+            f.truncate(8 + len(raw) + data_size)

@@ -1,0 +1,255 @@
+"""check_adapters: will this set of adapters serve on this model with these limits?"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import pytest
+
+import lora_guard as lg
+from conftest_adapters import TINY_LLAMA, peft_zoo
+from lora_guard._adapter_writer import DEFECTS, write_adapter
+
+pytest.importorskip("peft")
+
+
+@pytest.fixture(scope="module")
+def zoo() -> dict[str, pathlib.Path]:
+    return peft_zoo()
+
+
+@pytest.fixture
+def served(zoo: dict[str, pathlib.Path], tmp_path: pathlib.Path) -> pathlib.Path:
+    """A folder of adapters a Llama server serves: PEFT's own, copied."""
+    for name in ("r8-qv", "r16-all-bf16", "rank-pattern-fp16", "embedding-fp16"):
+        shutil.copytree(zoo[name], tmp_path / "served" / name)
+    return tmp_path / "served"
+
+
+def test_a_compatible_set_passes(served: pathlib.Path, zoo: dict[str, pathlib.Path]) -> None:
+    report = lg.check_adapters(served, lg.ServingLimits(
+        max_rank=16, max_loras=4, base_config=zoo["base-llama"]))
+    assert report.ok, report.violations
+    assert [s.name for s in report.adapters] == [
+        "embedding-fp16", "r16-all-bf16", "r8-qv", "rank-pattern-fp16"]
+    assert report.to_dict()["summary"] == {
+        "adapters": 4, "failed": 0, "violations": 0, "by_code": {}}
+
+
+def test_adapter_from_a_larger_base_is_lg109(zoo: dict[str, pathlib.Path]) -> None:
+    report = lg.check_adapters(zoo["larger-base"], lg.ServingLimits(base_config=zoo["base-llama"]))
+    assert set(report.codes()) == {"LG109"}
+    text = "\n".join(v.message for v in report.violations)
+    assert "q_proj on the base model has 64 (hidden_size 64)" in text
+    assert "has in dim 192, but down_proj on the base model has 128 (intermediate_size 128)" in text
+    assert "is for layer 2, but the base model has 2 layers" in text
+    err_free = lg.check_adapters(zoo["larger-base"])  # no base config: nothing to compare
+    assert err_free.ok
+
+
+def test_moe_adapter_fits_its_moe_base_and_not_a_dense_one(zoo: dict[str, pathlib.Path]) -> None:
+    assert lg.check_adapters(zoo["moe-flat"], lg.ServingLimits(
+        base_config=zoo["base-qwen3moe"])).ok
+    report = lg.check_adapters(zoo["moe-flat"], lg.ServingLimits(base_config=zoo["base-llama"]))
+    assert "LG109" in report.codes()
+    assert any("the base config has no experts" in v.message for v in report.violations)
+
+
+def test_moe_adapter_with_another_expert_count_is_lg109(
+        tmp_path: pathlib.Path, zoo: dict[str, pathlib.Path]) -> None:
+    folder = write_adapter(tmp_path / "e8", rank=4, moe_layout="flat", experts=8,
+                           intermediate_size=32, targets=("gate_proj", "up_proj", "down_proj"))
+    report = lg.check_adapters(folder, lg.ServingLimits(base_config=zoo["base-qwen3moe"]))
+    assert report.codes() == ["LG109", "LG109"]  # gate_up and down
+    assert all("has expert dim 8" in v.message for v in report.violations)
+    per_expert = write_adapter(tmp_path / "pe", moe_layout="per-expert", experts=6,
+                               intermediate_size=32, targets=("down_proj",))
+    report = lg.check_adapters(per_expert, lg.ServingLimits(base_config=zoo["base-qwen3moe"]))
+    assert "is for expert 4, but the base model has 4 experts" in report.violations[0].message
+
+
+@pytest.mark.parametrize(
+    ("name", "feature"),
+    [("dora", "dora"), ("lora-bias", "lora_bias"), ("modules-to-save", "modules_to_save"),
+     ("trainable-tokens", "trainable_tokens")],
+)
+def test_features_are_lg105_unless_allowed(
+    zoo: dict[str, pathlib.Path], name: str, feature: str
+) -> None:
+    report = lg.check_adapters(zoo[name])
+    assert report.codes() == ["LG105"]
+    assert report.violations[0].details["allow_name"] == feature
+    assert lg.check_adapters(zoo[name], lg.ServingLimits(allow={feature})).ok
+
+
+def test_rank_above_the_served_max(zoo: dict[str, pathlib.Path]) -> None:
+    report = lg.check_adapters(zoo["r16-all-bf16"], lg.ServingLimits(max_rank=8))
+    assert report.codes() == ["LG101"]
+    err = report.violations[0]
+    assert "rank 16 of model.layers.0.mlp.down_proj is above the served max rank 8" in err.message
+    assert "--max-lora-rank" in err.hint
+
+
+def test_rank_pattern_values_count_against_the_max(zoo: dict[str, pathlib.Path]) -> None:
+    report = lg.check_adapters(zoo["rank-pattern-fp16"], lg.ServingLimits(max_rank=4))
+    assert [v.details["rank"] for v in report.violations] == [6]
+    allowed = lg.check_adapters(zoo["rank-pattern-fp16"], lg.ServingLimits(
+        allowed_ranks=(2, 4)))
+    assert allowed.codes() == ["LG101"]
+    assert "is not one of the served ranks [2, 4]" in allowed.violations[0].message
+
+
+def test_rank_pattern_first_match_wins(tmp_path: pathlib.Path) -> None:
+    # PEFT: re.match(rf"(.*\.)?({key})$", name), first key that matches wins.
+    folder = write_adapter(tmp_path / "a", rank=8, targets=("q_proj",),
+                           rank_pattern={"layers.1.self_attn.q_proj": 4, "q_proj": 2})
+    assert lg.check_adapters(folder).ok
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config["rank_pattern"] = {"q_proj": 2, "layers.1.self_attn.q_proj": 4}
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    report = lg.check_adapters(folder)
+    assert report.codes() == ["LG102"]
+    assert "has tensors of rank 4 but the config says 2" in report.violations[0].message
+
+
+def test_modules_the_server_does_not_serve(zoo: dict[str, pathlib.Path]) -> None:
+    report = lg.check_adapters(zoo["r16-all-bf16"], lg.ServingLimits(
+        target_modules=("q_proj", "k_proj", "v_proj", "o_proj")))
+    assert report.codes() == ["LG104"] * 3
+    assert {v.details["target"] for v in report.violations} == {
+        "gate_proj", "up_proj", "down_proj"}
+    fused = lg.check_adapters(zoo["moe-flat"], lg.ServingLimits(
+        target_modules=("q_proj", "gate_proj", "up_proj", "down_proj")))
+    assert fused.ok, fused.violations
+
+
+def test_dtype_policy(zoo: dict[str, pathlib.Path]) -> None:
+    report = lg.check_adapters([zoo["r8-qv"], zoo["r16-all-bf16"]],
+                               lg.ServingLimits(dtypes=("bf16",)))
+    assert report.codes() == ["LG106"]
+    assert "dtype float32 of" in report.violations[0].message
+    assert "allowed: bfloat16" in report.violations[0].message
+
+
+@pytest.mark.parametrize("defect", sorted(d for d, c in DEFECTS.items() if c != "LG108"))
+def test_each_content_defect_has_its_code_and_nothing_else(
+    tmp_path: pathlib.Path, defect: str
+) -> None:
+    folder = write_adapter(tmp_path / "a", defects=(defect,))
+    report = lg.check_adapters(folder, lg.ServingLimits(base_config=TINY_LLAMA))
+    assert set(report.codes()) == {DEFECTS[defect]}, report.violations
+    assert report.by_adapter[str(folder)] == report.violations
+
+
+def test_a_bad_adapter_never_stops_the_others(tmp_path: pathlib.Path) -> None:
+    for defect in ("truncated-header", "pickle-bin", "symlink-escape", "invalid-config-json"):
+        write_adapter(tmp_path / "set" / defect, defects=(defect,))
+    write_adapter(tmp_path / "set" / "fine")
+    report = lg.check_adapters(tmp_path / "set")
+    assert [s.name for s in report.adapters] == ["fine"]
+    assert report.codes() == ["LG108"] * 4
+    assert report.by_adapter.get(str(tmp_path / "set" / "fine")) is None
+    assert all(v.details["problem"] for v in report.violations)
+
+
+def test_explicit_paths_without_an_adapter_are_lg108(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("hi")
+    report = lg.check_adapters([tmp_path / "empty", tmp_path / "notes.txt",
+                                tmp_path / "missing"])
+    assert report.codes() == ["LG108"] * 3
+    problems = [v.details["problem"] for v in report.violations]
+    assert problems == ["no adapter found (no folder holding adapter_config.json or "
+                        "adapter_model.safetensors)", "not an adapter folder",
+                        "no such file or folder"]
+
+
+def test_too_many_adapters_for_the_slots(tmp_path: pathlib.Path) -> None:
+    for i in range(3):
+        write_adapter(tmp_path / f"a{i}")
+    report = lg.check_adapters(tmp_path, lg.ServingLimits(max_loras=2))
+    assert report.codes() == ["LG110"]
+    assert report.by_adapter["*"][0].message == (
+        "adapter set: 3 adapters, but the server has 2 slots.")
+    assert report.to_dict()["set_violations"][0]["code"] == "LG110"
+
+
+def test_mixed_moe_layouts_across_the_set_are_lg002(tmp_path: pathlib.Path) -> None:
+    mlp = ("gate_proj", "up_proj", "down_proj")
+    write_adapter(tmp_path / "a-shared", moe_layout="shared-outer", targets=mlp)
+    write_adapter(tmp_path / "b-flat", moe_layout="flat", targets=mlp)
+    write_adapter(tmp_path / "c-dense")
+    report = lg.check_adapters(tmp_path)
+    assert report.codes() == ["LG002"]
+    message = report.violations[0].message
+    assert "b-flat" in message and "flat differs from shared-outer" in message
+    assert "a-shared" in message
+
+
+def test_specs_and_paths_mix_and_duplicates_count_once(tmp_path: pathlib.Path) -> None:
+    folder = write_adapter(tmp_path / "a")
+    report = lg.check_adapters([lg.inspect_adapter(folder), folder, str(folder) + "/"])
+    assert len(report.ids) == 1
+
+
+def test_check_adapters_never_raises_and_does_not_report_through_the_mode(
+    tmp_path: pathlib.Path,
+) -> None:
+    folder = write_adapter(tmp_path / "a", defects=("pickle-bin",))
+    with lg.recording() as rec:
+        report = lg.check_adapters(folder)
+    assert not report.ok and rec.codes == []
+    with pytest.raises(lg.AdapterError, match="LG108"):
+        report.enforce()
+
+
+def test_adapter_servable_is_a_predicate(tmp_path: pathlib.Path) -> None:
+    good = write_adapter(tmp_path / "good", rank=8)
+    assert lg.adapter_servable(lg.inspect_adapter(good), lg.ServingLimits(max_rank=8))
+    assert not lg.adapter_servable(good, lg.ServingLimits(max_rank=4))
+    assert not lg.adapter_servable(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"max_rank": -1}, "max_rank"),
+        ({"max_loras": 1.5}, "max_loras"),
+        ({"allowed_ranks": "8,16"}, "allowed_ranks"),
+        ({"allowed_ranks": ()}, "non-empty"),
+        ({"target_modules": "q_proj"}, "collection of names"),
+        ({"dtypes": ("float13",)}, "unknown dtype 'float13'"),
+        ({"allow": ("dora", "magic")}, "unknown feature(s) ['magic']"),
+        ({"base_config": "/no/such/config.json"}, "cannot read base config"),
+        ({"base_config": {"vocab_size": 3}}, "no hidden_size"),
+        ({"base_config": 3}, "config.json path or a dict"),
+    ],
+)
+def test_limits_are_validated_when_made(options: dict[str, object], words: str) -> None:
+    with pytest.raises(ValueError) as info:
+        lg.ServingLimits(**options)  # type: ignore[arg-type]
+    assert words in str(info.value)
+
+
+def test_base_config_can_be_a_folder_or_a_dict(zoo: dict[str, pathlib.Path]) -> None:
+    from_folder = lg.ServingLimits(base_config=zoo["base-llama"].parent)
+    from_dict = lg.ServingLimits(base_config=TINY_LLAMA)
+    assert from_folder.base is not None and from_dict.base is not None
+    assert from_folder.base.hidden_size == from_dict.base.hidden_size == 64
+
+
+def test_report_json_schema(tmp_path: pathlib.Path) -> None:
+    write_adapter(tmp_path / "ok")
+    write_adapter(tmp_path / "dora", defects=("dora",))
+    data = lg.check_adapters(tmp_path, lg.ServingLimits(max_rank=16)).to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert data["schema_version"] == 1 and data["ok"] is False
+    assert data["limits"]["max_rank"] == 16
+    first = data["adapters"][0]
+    assert set(first) == {"id", "ok", "readable", "rank", "dtypes", "layout", "targets", "size",
+                          "features", "modules", "tensors", "base_model", "violations"}
+    assert first["violations"][0]["code"] == "LG105"
+    assert set(first["violations"][0]) == {"code", "invariant", "message", "hint", "subject",
+                                           "details", "location"}
