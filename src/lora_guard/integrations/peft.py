@@ -1,0 +1,384 @@
+"""lora_guard in front of PEFT: adapter loading and hot-swapping, checked before any write.
+
+Guarded (PEFT >= 0.17):
+
+- ``PeftModel.load_adapter``: the adapter folder's config and safetensors header (never the
+  tensor data) before PEFT adds a single module: malformed files (LG108), A/B rank
+  disagreement or ranks that contradict ``r``/``rank_pattern`` (LG102), orphan halves (LG103),
+  zero-size tensors (LG107), weights whose in/out dims do not fit the model (LG109), and the
+  MoE layout against the adapters already on the model (LG002, one `LayoutRegistry` per model).
+- ``PeftModel.add_adapter``: the MoE layout the config will create (LG002).
+- ``PeftModel.delete_adapter``: releases the adapter's layout.
+- ``peft.utils.hotswap.hotswap_adapter_from_state_dict`` (and so ``hotswap_adapter``, which
+  calls it): the whole swap is validated before the first tensor is written: every shape
+  against the current (possibly padded) shape (LG109 for in/out dims, LG102 for A/B ranks
+  that disagree), the configs that change the computed function (LG105), and on a model
+  prepared with ``prepare_model_for_compiled_hotswap`` a rank above the padded rank (LG001).
+  A refused swap leaves the model's state dict bitwise unchanged. Problems PEFT itself refuses
+  before writing (unexpected keys, a merged adapter, another PEFT type) are left to PEFT, so
+  its errors and its callers' ``except`` clauses stay as they are.
+
+Example:
+    >>> from lora_guard.integrations import peft as peft_guard
+    >>> peft_guard.instrument()      # now, or when peft is imported
+    >>> peft_guard.uninstrument()
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._checks import shape_of
+from .._config import report
+from .._errors import Violation, make_violation
+from .._layouts import LayoutRegistry
+from ._base import Integration, Patch, adapter_violations, lora_modules, read_adapter
+
+__all__ = ["INTEGRATION", "instrument", "layout_registry", "uninstrument"]
+
+name = "peft"
+"""This integration's name, as `lora_guard.integrations.get` knows it."""
+
+_REGISTRIES: weakref.WeakKeyDictionary[Any, LayoutRegistry] = weakref.WeakKeyDictionary()
+_IN_LOAD: contextvars.ContextVar[bool] = contextvars.ContextVar("lora_guard_peft_load",
+                                                                 default=False)
+# Config keys that change what a swapped adapter computes (PEFT checks these in
+# hotswap_adapter, not in hotswap_adapter_from_state_dict). lora_dropout is left out: it
+# does nothing at inference.
+_SWAP_CONFIG_KEYS = ("use_rslora", "alpha_pattern", "use_dora")
+
+
+def _bound(fn_params: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
+           wanted: str, default: Any = None) -> Any:
+    if wanted in kwargs:
+        return kwargs[wanted]
+    index = fn_params.index(wanted)
+    return args[index] if index < len(args) else default
+
+
+def _peft_model(model: Any) -> Any:
+    """The PeftModel behind a ``torch.compile`` wrapper."""
+    return getattr(model, "_orig_mod", model)
+
+
+def layout_registry(model: Any) -> LayoutRegistry:
+    """The MoE `LayoutRegistry` of a PEFT model, seeded with the adapters already on it.
+
+    Example:
+        >>> from lora_guard.integrations.peft import layout_registry
+        >>> class Model:   # any object stands in for a PeftModel here
+        ...     def state_dict(self): return {}
+        >>> layout_registry(Model()).layout is None
+        True
+    """
+    model = _peft_model(model)
+    registry = _REGISTRIES.get(model)
+    if registry is None:
+        registry = LayoutRegistry()
+        for adapter, weights in _adapters_on(model).items():
+            registry.admit(adapter, weights)
+        _REGISTRIES[model] = registry
+    return registry
+
+
+def _adapters_on(model: Any) -> dict[str, dict[str, Any]]:
+    names = list(getattr(model, "peft_config", {}) or {})
+    found: dict[str, dict[str, Any]] = {name: {} for name in names}
+    for key, value in model.state_dict().items():
+        for adapter in names:
+            marker = f".{adapter}."
+            if marker in key and ".lora_" in key:
+                found[adapter][key.replace(marker, ".")] = value
+    return found
+
+
+# --- load_adapter / add_adapter ------------------------------------------------------------
+
+def _base_layer(module: Any) -> Any:
+    seen = 0
+    while hasattr(module, "base_layer") and seen < 8:
+        module = module.base_layer
+        seen += 1
+    return module
+
+
+def _fit_violations(subject: str, model: Any, tensors: Mapping[str, Any]) -> list[Violation]:
+    """LG109: each LoRA weight's in/out dims against the model's module."""
+    found: list[Violation] = []
+    for module_path, sides in sorted(lora_modules(tensors).items()):
+        try:
+            module = _base_layer(model.get_submodule(module_path))
+        except AttributeError:
+            continue  # PEFT reports targets that do not exist in its own words
+        in_dim = getattr(module, "in_features", None) or getattr(module, "num_embeddings",
+                                                                 None)
+        out_dim = getattr(module, "out_features", None) or getattr(module, "embedding_dim",
+                                                                   None)
+        checks = (("A", 1, "in", in_dim), ("B", 0, "out", out_dim))
+        for side, axis, which, expected in checks:
+            info = sides.get(side)
+            if info is None or expected is None or len(info.shape) != 2:
+                continue
+            if info.shape[axis] != expected:
+                found.append(make_violation(
+                    "LG109", "dim", subject, key=f"{module_path}.lora_{side}", which=which,
+                    got=info.shape[axis], module_kind=module_path.removeprefix(
+                        "base_model.model."), expected=expected,
+                    source=f"{type(module).__name__} {which}_features"))
+    return found
+
+
+def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> Any:
+    params = ("model_id", "adapter_name")
+    model_id = _bound(params, args, kwargs, "model_id")
+    adapter_name = str(_bound(params, args, kwargs, "adapter_name"))
+    subject = f"adapter {adapter_name!r}"
+    registry = layout_registry(instance)
+    was_admitted = adapter_name in registry
+    newly = False
+    if model_id is not None and os.path.isdir(os.fspath(model_id)):
+        config, tensors, violations = read_adapter(model_id, subject)
+        if config is not None and config.get("peft_type", "LORA") == "LORA":
+            violations += adapter_violations(
+                subject, config, tensors, features=False, grammar=False,
+                config_ranks=not config.get("target_parameters"))
+            if tensors and not kwargs.get("ignore_mismatched_sizes") and not kwargs.get(
+                    "key_mapping"):
+                violations += _fit_violations(subject, instance, tensors)
+        report(violations)
+        if tensors and config is not None and config.get("peft_type", "LORA") == "LORA":
+            registry.admit(adapter_name, tensors)
+            newly = not was_admitted
+    token = _IN_LOAD.set(True)
+    try:
+        return wrapped(*args, **kwargs)
+    except BaseException:
+        if newly:
+            registry.release(adapter_name)
+        raise
+    finally:
+        _IN_LOAD.reset(token)
+
+
+def _predicted_weights(model: Any, config: Any) -> dict[str, tuple[int, ...]]:
+    """Pseudo weights whose names show the MoE layout ``config`` would create."""
+    weights: dict[str, tuple[int, ...]] = {}
+    for param in getattr(config, "target_parameters", None) or ():
+        if "experts" in str(param):
+            weights[f"{param}.lora_A.weight"] = (1, 1)
+    if weights:
+        return weights
+    try:
+        from peft.tuners.tuners_utils import check_target_module_exists
+    except ImportError:  # pragma: no cover - the signature check keeps us on known releases
+        return weights
+    for module_name, _ in model.named_modules():
+        if ".experts." in module_name and module_name.rsplit(".", 1)[-1] not in {
+                "experts"} and check_target_module_exists(config, module_name):
+            weights[f"{module_name}.lora_A.weight"] = (1, 1)
+    return weights
+
+
+def _add_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> Any:
+    if _IN_LOAD.get():
+        return wrapped(*args, **kwargs)  # load_adapter admitted the weights already
+    params = ("adapter_name", "peft_config")
+    adapter_name = str(_bound(params, args, kwargs, "adapter_name"))
+    config = _bound(params, args, kwargs, "peft_config")
+    registry = layout_registry(instance)
+    newly = adapter_name not in registry
+    registry.admit(adapter_name, _predicted_weights(instance, config))
+    try:
+        return wrapped(*args, **kwargs)
+    except BaseException:
+        if newly:
+            registry.release(adapter_name)
+        raise
+
+
+def _delete_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Any:
+    adapter_name = _bound(("adapter_name",), args, kwargs, "adapter_name")
+    result = wrapped(*args, **kwargs)
+    registry = _REGISTRIES.get(_peft_model(instance))
+    if registry is not None:
+        registry.release(str(adapter_name))
+    return result
+
+
+# --- hot-swapping ------------------------------------------------------------------------
+
+def _rank_axis(key: str) -> int | None:
+    if ".lora_A." in key or ".lora_embedding_A." in key:
+        return 0
+    if ".lora_B." in key or ".lora_embedding_B." in key:
+        return 1
+    return None
+
+
+def _prepared(model: Any, adapter_name: str) -> bool:
+    """Was ``prepare_model_for_compiled_hotswap`` called? (LoRA scalings became tensors)."""
+    import torch
+
+    for module in model.modules():
+        scaling = getattr(module, "scaling", None)
+        if isinstance(scaling, dict) and isinstance(scaling.get(adapter_name), torch.Tensor):
+            return True
+    return False
+
+
+def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str,
+                    config: Any = None, parameter_prefix: str = "lora_") -> list[Violation]:
+    """Everything that would make PEFT's hot-swap fail part-way, or silently break the model.
+
+    Reads shapes only. Unexpected keys are not reported: PEFT refuses them before writing.
+
+    Example:
+        >>> import torch
+        >>> from lora_guard.integrations.peft import swap_violations
+        >>> model = torch.nn.Module()
+        >>> model.lin = torch.nn.Linear(4, 4)
+        >>> swap_violations(model, {}, "default")
+        []
+    """
+    subject = f"hot-swap of adapter {adapter_name!r}"
+    found: list[Violation] = []
+    peft_model = _peft_model(model)
+    loaded = (getattr(peft_model, "peft_config", None) or {}).get(adapter_name)
+    if config is not None and loaded is not None:
+        for key in _SWAP_CONFIG_KEYS:
+            old, new = getattr(loaded, key, None), getattr(config, key, None)
+            if old != new:
+                found.append(make_violation("LG105", "hotswap-config", subject, key=key,
+                                            old=old, new=new))
+    current = {
+        k.removeprefix("_orig_mod."): v for k, v in model.state_dict(keep_vars=True).items()
+        if parameter_prefix in k and adapter_name in k
+    }
+    prepared = _prepared(model, adapter_name)
+    new_ranks: dict[str, dict[int, int]] = {}
+    for key, new_value in state_dict.items():
+        old_value = current.get(key)
+        new_shape, old_shape = shape_of(new_value), shape_of(old_value)
+        if old_value is None or new_shape is None or old_shape is None:
+            continue  # unexpected keys: PEFT refuses them before writing anything
+        axis = _rank_axis(key)
+        module = key.split(f".{parameter_prefix}", 1)[0].removeprefix("base_model.model.")
+        if axis is not None and len(new_shape) > axis:
+            side = 0 if axis == 0 else 1
+            new_ranks.setdefault(module, {})[side] = new_shape[axis]
+        if new_shape == old_shape:
+            continue
+        if len(new_shape) != len(old_shape):
+            found.append(make_violation(
+                "LG109", "dim", subject, key=key, which="number of", got=len(new_shape),
+                module_kind=module, expected=len(old_shape),
+                source=f"the loaded tensor has shape {old_shape}"))
+            continue
+        for i, (old_dim, new_dim) in enumerate(zip(old_shape, new_shape, strict=False)):
+            if i == axis or old_dim == new_dim:
+                continue
+            which = "in" if (axis == 0 and i == 1) else "out" if axis == 1 and i == 0 else (
+                f"axis-{i}")
+            found.append(make_violation(
+                "LG109", "dim", subject, key=key, which=which, got=new_dim,
+                module_kind=module, expected=old_dim,
+                source=f"the loaded tensor has shape {old_shape}, the new one {new_shape}"))
+        if axis is not None and prepared and new_shape[axis] > old_shape[axis]:
+            found.append(make_violation("LG001", "hotswap", subject, key=key,
+                                        new=new_shape[axis], old=old_shape[axis]))
+    for module, sides in sorted(new_ranks.items()):
+        if len(sides) == 2 and sides[0] != sides[1]:
+            a_key = next((k for k in state_dict if k.startswith(f"base_model.model.{module}.")
+                          and _rank_axis(k) == 0), module)
+            b_key = next((k for k in state_dict if k.startswith(f"base_model.model.{module}.")
+                          and _rank_axis(k) == 1), module)
+            if len(shape_of(state_dict[a_key]) or ()) == 2 == len(
+                    shape_of(state_dict[b_key]) or ()):
+                found.append(make_violation(
+                    "LG102", "a-b", subject, module=module, rank_a=sides[0],
+                    shape_a=shape_of(state_dict[a_key]), rank_b=sides[1],
+                    shape_b=shape_of(state_dict[b_key])))
+    return found
+
+
+_SWAP_PARAMS = ("model", "state_dict", "adapter_name", "config", "parameter_prefix")
+
+
+def _hotswap_from_state_dict(wrapped: Callable[..., Any], instance: Any,
+                             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    model = _bound(_SWAP_PARAMS, args, kwargs, "model")
+    state_dict = _bound(_SWAP_PARAMS, args, kwargs, "state_dict")
+    adapter_name = str(_bound(_SWAP_PARAMS, args, kwargs, "adapter_name"))
+    config = _bound(_SWAP_PARAMS, args, kwargs, "config")
+    prefix = _bound(_SWAP_PARAMS, args, kwargs, "parameter_prefix", "lora_")
+    if isinstance(state_dict, Mapping):
+        report(swap_violations(model, state_dict, adapter_name, config, prefix))
+    return wrapped(*args, **kwargs)
+
+
+def _hotswap_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any:
+    params = ("model", "model_name_or_path", "adapter_name")
+    path = _bound(params, args, kwargs, "model_name_or_path")
+    adapter_name = _bound(params, args, kwargs, "adapter_name")
+    if path is not None and os.path.isdir(os.fspath(path)):
+        subject = f"hot-swap of adapter {adapter_name!r}"
+        config, tensors, violations = read_adapter(path, subject)
+        # A missing half is legitimate here: PEFT zero-fills it (its own tests rely on it).
+        violations += [
+            v for v in adapter_violations(subject, config, tensors, features=False,
+                                          grammar=False, config_ranks=False)
+            if v.code == "LG102"
+        ]
+        report(violations)
+    return wrapped(*args, **kwargs)
+
+
+INTEGRATION = Integration(
+    name=name,
+    distribution="peft",
+    min_version="0.17",
+    patches=(
+        Patch("peft.peft_model", "PeftModel.load_adapter",
+              ("self", "model_id", "adapter_name"), _load_adapter),
+        Patch("peft.peft_model", "PeftModel.add_adapter",
+              ("self", "adapter_name", "peft_config"), _add_adapter),
+        Patch("peft.peft_model", "PeftModel.delete_adapter", ("self", "adapter_name"),
+              _delete_adapter),
+        Patch("peft.utils.hotswap", "hotswap_adapter_from_state_dict",
+              ("model", "state_dict", "adapter_name", "config"), _hotswap_from_state_dict),
+        Patch("peft.utils.hotswap", "hotswap_adapter",
+              ("model", "model_name_or_path", "adapter_name"), _hotswap_adapter),
+    ),
+    on_uninstrument=_REGISTRIES.clear,
+)
+
+
+def instrument() -> None:
+    """Guard PEFT's adapter loading and hot-swapping, now or when PEFT is imported.
+
+    Example:
+        >>> from lora_guard.integrations import peft as peft_guard
+        >>> peft_guard.instrument(); peft_guard.INTEGRATION.instrumented
+        True
+        >>> peft_guard.uninstrument()
+    """
+    INTEGRATION.instrument()
+
+
+def uninstrument() -> None:
+    """Restore PEFT's original functions exactly; a hook firing later does nothing.
+
+    Example:
+        >>> from lora_guard.integrations import peft as peft_guard
+        >>> peft_guard.uninstrument(); peft_guard.INTEGRATION.instrumented
+        False
+    """
+    INTEGRATION.uninstrument()

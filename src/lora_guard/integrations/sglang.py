@@ -1,0 +1,304 @@
+"""lora_guard in front of sglang's LoRA serving: loading, the memory pool, MoE pools, slots.
+
+Guarded (sglang >= 0.5, the module paths of ``sglang.srt``):
+
+- ``LoRAManager.validate_new_adapter``: ranks of ``r`` *and* ``rank_pattern`` against
+  ``--max-lora-rank`` (LG101; sglang compares ``r`` only) and config features sglang does
+  not serve (LG105: DoRA, ``lora_bias``, ``bias``, ``modules_to_save``, trainable tokens).
+- ``LoRAManager.load_lora_adapter``: the adapter's safetensors header before sglang reads a
+  tensor (LG102, LG103, LG107, LG108, LG109 vocab) and its MoE layout against the adapters
+  already loaded (LG002). sglang's loader turns every exception into
+  ``LoRAUpdateOutput(success=False, error_message=str(e))``; the guard keeps that contract
+  and puts its full message there (never an empty string). A failed load that leaves its
+  config behind is reported as LG201.
+- ``LoRAManager.init_state``: the MoE layouts of the start-up adapters (LG002), before any
+  is loaded; ``unload_lora_adapter`` releases a layout.
+- ``LoRAMemoryPool.prepare_lora_batch``: a batch needing more adapters than slots (LG201,
+  before sglang's assert), then the slot maps ``uid_to_buffer_id`` / ``buffer_id_to_uid``
+  (LG201, `lora_guard.check_slot_maps`).
+- ``LoRAMemoryPool.load_lora_weight_to_buffer``: a slot out of range (LG201) or an adapter
+  rank above the pool's (LG101) before the buffer is written.
+- ``LoRAMemoryPool._get_maybe_cached_weight_for_transfer``: a pinned-cache hit of another
+  shape or dtype (LG003, seed 002) before the stale tensor is returned.
+- ``FusedMoEWithLoRA.set_lora_info`` and the Inkling shared sink's ``set_lora_info``
+  (``sglang.srt.models.inkling_common.lora``): the seed-000 contract, dims frozen at the first
+  call per layer (LG001 before the layer changes anything, LG004 for a malformed call).
+
+Example:
+    >>> from lora_guard.integrations import sglang as sglang_guard
+    >>> sglang_guard.instrument()    # before or after sglang is imported
+    >>> sglang_guard.uninstrument()
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._checks import check_cache_entry, check_slot_maps_violations
+from .._config import report
+from .._errors import LoRAGuardError, Violation, make_violation
+from .._layouts import LayoutRegistry
+from .._shapes import shapes
+from ._base import Integration, Patch, adapter_violations, read_adapter
+
+__all__ = ["INTEGRATION", "SET_LORA_INFO_DIMS", "instrument", "uninstrument"]
+
+name = "sglang"
+"""This integration's name, as `lora_guard.integrations.get` knows it."""
+
+SET_LORA_INFO_DIMS = {
+    "gate_up_lora_a_weights": "slots outer 2*rank hidden",
+    "gate_up_lora_b_weights": "slots n 2*f rank",
+    "down_lora_a_weights": "slots n rank f",
+    "down_lora_b_weights": "slots outer hidden rank",
+}
+"""The seed-000 dims of ``set_lora_info`` (fused MoE and shared sink); slots, n, f and rank
+are frozen per layer at its first call."""
+
+_REGISTRIES: weakref.WeakKeyDictionary[Any, LayoutRegistry] = weakref.WeakKeyDictionary()
+_GUARDED_SET_LORA: dict[Any, Callable[..., Any]] = {}
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, key: str,
+         default: Any = None) -> Any:
+    if key in kwargs:
+        return kwargs[key]
+    return args[index] if index < len(args) else default
+
+
+def _registry(manager: Any) -> LayoutRegistry:
+    registry = _REGISTRIES.get(manager)
+    if registry is None:
+        registry = _REGISTRIES[manager] = LayoutRegistry()
+    return registry
+
+
+def _subject(lora_ref: Any) -> str:
+    return f"adapter {getattr(lora_ref, 'lora_name', None) or lora_ref!r}"
+
+
+# --- LoRAManager -------------------------------------------------------------------------
+
+def _validate_new_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Any:
+    lora_config = _arg(args, kwargs, 0, "lora_config")
+    lora_ref = _arg(args, kwargs, 1, "lora_ref")
+    config = getattr(lora_config, "hf_config", None)
+    if isinstance(config, Mapping):
+        max_rank = getattr(instance, "max_lora_rank", None)
+        report(adapter_violations(_subject(lora_ref), config, None,
+                                  max_rank=max_rank if isinstance(max_rank, int) else None))
+    return wrapped(*args, **kwargs)
+
+
+def _header_violations(manager: Any, lora_ref: Any) -> tuple[list[Violation], Any]:
+    path = getattr(lora_ref, "lora_path", None)
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
+        return [], None
+    subject = _subject(lora_ref)
+    config, tensors, violations = read_adapter(path, subject)
+    vocab = getattr(getattr(manager, "base_hf_config", None), "vocab_size", None)
+    violations += adapter_violations(
+        subject, config, tensors, features=False, grammar=False,
+        vocab_size=vocab if isinstance(vocab, int) else None,
+        config_ranks=not (config or {}).get("target_parameters"))
+    return violations, tensors
+
+
+def _failed(manager: Any, message: str) -> Any:
+    make_result = getattr(manager, "create_lora_update_result", None)
+    if callable(make_result):
+        return make_result(success=False, error_message=message)
+    io_struct = importlib.import_module("sglang.srt.managers.io_struct")
+    return io_struct.LoRAUpdateOutput(success=False, error_message=message)
+
+
+def _load_lora_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                       kwargs: dict[str, Any]) -> Any:
+    lora_ref = _arg(args, kwargs, 0, "lora_ref")
+    lora_id = getattr(lora_ref, "lora_id", None)
+    registry = _registry(instance)
+    newly = False
+    try:  # sglang's contract: a refused load is a result with the reason, never a raise
+        violations, tensors = _header_violations(instance, lora_ref)
+        report(violations)
+        if tensors and isinstance(lora_id, str):
+            newly = lora_id not in registry
+            registry.admit(lora_id, tensors)
+    except LoRAGuardError as error:
+        return _failed(instance, str(error))
+    result = wrapped(*args, **kwargs)
+    if getattr(result, "success", True) or not isinstance(lora_id, str):
+        return result
+    if newly:
+        registry.release(lora_id)
+    stale = [where for where in ("configs", "loras", "lora_refs")
+             if lora_id in (getattr(instance, where, None) or {})]
+    if stale:
+        try:
+            report([make_violation("LG201", "stale-config", "LoRAManager", uid=lora_id,
+                                   where=f"LoRAManager.{stale[0]}")])
+        except LoRAGuardError as error:
+            previous = getattr(result, "error_message", "") or ""
+            result.error_message = f"{previous}\n{error}" if previous else str(error)
+    return result
+
+
+def _unload_lora_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> Any:
+    lora_ref = _arg(args, kwargs, 0, "lora_ref")
+    result = wrapped(*args, **kwargs)
+    lora_id = getattr(lora_ref, "lora_id", None)
+    if getattr(result, "success", True) and isinstance(lora_id, str):
+        _registry(instance).release(lora_id)
+    return result
+
+
+def _init_state(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+    lora_paths = kwargs.get("lora_paths", args[2] if len(args) > 2 else None)
+    registry = LayoutRegistry()  # init_state rebuilds the manager's state from scratch
+    refs = lora_paths.values() if isinstance(lora_paths, Mapping) else (lora_paths or ())
+    for lora_ref in refs:
+        path = getattr(lora_ref, "lora_path", None)
+        lora_id = getattr(lora_ref, "lora_id", None)
+        if isinstance(lora_id, str) and isinstance(path, (str, os.PathLike)):
+            _, tensors, _ = read_adapter(path, _subject(lora_ref))
+            if tensors:
+                registry.admit(lora_id, tensors)
+    _REGISTRIES[instance] = registry
+    return wrapped(*args, **kwargs)
+
+
+# --- LoRAMemoryPool ----------------------------------------------------------------------
+
+def _empty_marker(pool: Any) -> Any:
+    module = sys.modules.get(type(pool).__module__)
+    return getattr(module, "EMPTY_SLOT", "")
+
+
+def _prepare_lora_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> Any:
+    cur_uids = _arg(args, kwargs, 0, "cur_uids")
+    slots = getattr(instance, "max_loras_per_batch", None)
+    if isinstance(slots, int) and cur_uids is not None and len(set(cur_uids)) > slots:
+        report([make_violation("LG201", "exhausted", "LoRAMemoryPool.prepare_lora_batch",
+                               needed=len(set(cur_uids)), slots=slots)])
+    result = wrapped(*args, **kwargs)
+    uid_to_slot = getattr(instance, "uid_to_buffer_id", None)
+    slot_to_uid = getattr(instance, "buffer_id_to_uid", None)
+    if isinstance(uid_to_slot, Mapping) and slot_to_uid is not None:
+        report(check_slot_maps_violations(
+            uid_to_slot, slot_to_uid, slots=slots if isinstance(slots, int) else None,
+            empty=_empty_marker(instance), subject="LoRAMemoryPool slot maps"))
+    return result
+
+
+def _load_lora_weight_to_buffer(wrapped: Callable[..., Any], instance: Any,
+                                args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    uid = _arg(args, kwargs, 0, "uid")
+    buffer_id = _arg(args, kwargs, 1, "buffer_id")
+    adapter = _arg(args, kwargs, 2, "lora_adapter")
+    slots = getattr(instance, "max_loras_per_batch", None)
+    found: list[Violation] = []
+    if isinstance(slots, int) and not (isinstance(buffer_id, int) and 0 <= buffer_id < slots):
+        found.append(make_violation("LG201", "range", "LoRAMemoryPool", uid=uid,
+                                    slot=buffer_id, last=slots - 1))
+    rank = getattr(getattr(adapter, "config", None), "r", None)
+    max_rank = getattr(instance, "max_lora_rank", None)
+    if isinstance(rank, int) and isinstance(max_rank, int) and rank > max_rank:
+        found.append(make_violation("LG101", "max", f"adapter {uid!r}", rank=rank,
+                                    module="r", max_rank=max_rank))
+    report(found)
+    return wrapped(*args, **kwargs)
+
+
+def _cached_weight(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> Any:
+    store = _arg(args, kwargs, 0, "pinned_weight_store")
+    key = _arg(args, kwargs, 1, "cache_key")
+    weight = _arg(args, kwargs, 2, "weight")
+    if store is not None and hasattr(store, "get"):
+        violation = check_cache_entry(key, store.get(key), weight)
+        if violation is not None:
+            report([violation])
+    return wrapped(*args, **kwargs)
+
+
+# --- set_lora_info (fused MoE, shared sink) -----------------------------------------------
+
+def _set_lora_info(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> Any:
+    function = getattr(wrapped, "__func__", None)
+    if function is None or instance is None:
+        return wrapped(*args, **kwargs)
+    guarded = _GUARDED_SET_LORA.get(function)
+    if guarded is None:
+        guarded = shapes(
+            SET_LORA_INFO_DIMS, where=lambda d: d["outer"] in (1, d["n"]),
+            frozen=("slots", "n", "f", "rank"),
+        )(function)
+        _GUARDED_SET_LORA[function] = guarded
+    return guarded(instance, *args, **kwargs)
+
+
+_SET_LORA_PARAMS = ("self", "gate_up_lora_a_weights", "gate_up_lora_b_weights",
+                    "down_lora_a_weights", "down_lora_b_weights")
+
+INTEGRATION = Integration(
+    name=name,
+    distribution="sglang",
+    min_version="0.5",
+    patches=(
+        Patch("sglang.srt.lora.lora_manager", "LoRAManager.validate_new_adapter",
+              ("self", "lora_config", "lora_ref"), _validate_new_adapter),
+        Patch("sglang.srt.lora.lora_manager", "LoRAManager.load_lora_adapter",
+              ("self", "lora_ref"), _load_lora_adapter),
+        Patch("sglang.srt.lora.lora_manager", "LoRAManager.unload_lora_adapter",
+              ("self", "lora_ref"), _unload_lora_adapter),
+        Patch("sglang.srt.lora.lora_manager", "LoRAManager.init_state",
+              ("self", "max_lora_rank", "target_modules", "lora_paths"), _init_state,
+              optional=True),
+        Patch("sglang.srt.lora.mem_pool", "LoRAMemoryPool.prepare_lora_batch",
+              ("self", "cur_uids", "lora_adapters", "lora_modules"), _prepare_lora_batch),
+        Patch("sglang.srt.lora.mem_pool", "LoRAMemoryPool.load_lora_weight_to_buffer",
+              ("self", "uid", "buffer_id", "lora_adapter"), _load_lora_weight_to_buffer),
+        Patch("sglang.srt.lora.mem_pool", "LoRAMemoryPool._get_maybe_cached_weight_for_transfer",
+              ("self", "pinned_weight_store", "cache_key", "weight"), _cached_weight,
+              optional=True),
+        Patch("sglang.srt.lora.layers", "FusedMoEWithLoRA.set_lora_info", _SET_LORA_PARAMS,
+              _set_lora_info, optional=True),
+        Patch("sglang.srt.models.inkling_common.lora",
+              "InklingBatchDenseMLPWithLoRA.set_lora_info", _SET_LORA_PARAMS, _set_lora_info,
+              optional=True),
+    ),
+    on_uninstrument=_REGISTRIES.clear,
+)
+
+
+def instrument() -> None:
+    """Guard sglang's LoRA loading, memory pool and MoE layers, now or when imported.
+
+    Example:
+        >>> from lora_guard.integrations import sglang as sglang_guard
+        >>> sglang_guard.instrument(); sglang_guard.INTEGRATION.instrumented
+        True
+        >>> sglang_guard.uninstrument()
+    """
+    INTEGRATION.instrument()
+
+
+def uninstrument() -> None:
+    """Restore sglang's original functions exactly; a hook firing later does nothing.
+
+    Example:
+        >>> from lora_guard.integrations import sglang as sglang_guard
+        >>> sglang_guard.uninstrument(); sglang_guard.INTEGRATION.instrumented
+        False
+    """
+    INTEGRATION.uninstrument()

@@ -1,0 +1,3 @@
+"""Replica of the sglang package for lora_guard's tests (not the real sglang)."""
+
+__version__ = "0.5.23"

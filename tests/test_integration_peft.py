@@ -1,0 +1,334 @@
+"""PEFT, for real on the CPU: loading and hot-swapping adapters with lora_guard instrumented.
+
+Every model is a tiny transformers model built from a config; every adapter is saved by PEFT
+itself into a temporary folder (a few are then edited with safetensors to carry a defect).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
+from peft.utils import hotswap  # noqa: E402
+
+import lora_guard as lg  # noqa: E402
+from lora_guard.integrations import peft as peft_guard  # noqa: E402
+
+LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=128)
+TARGETS = ["q_proj", "down_proj"]
+INPUT = torch.arange(12).reshape(2, 6) % 128
+
+
+def llama(**overrides: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**{**LLAMA, **overrides})
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def save_adapter(path: Path, *, r: int, seed: int, **base: int) -> Path:
+    model = get_peft_model(llama(**base), LoraConfig(
+        r=r, lora_alpha=2 * r, target_modules=TARGETS, init_lora_weights=False))
+    torch.manual_seed(seed)
+    for name, param in model.named_parameters():
+        if "lora_" in name:
+            param.data.normal_(0, 0.05)
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("adapters")
+    return {
+        "r4": save_adapter(root / "r4", r=4, seed=1),
+        "r8": save_adapter(root / "r8", r=8, seed=2),
+        "r16": save_adapter(root / "r16", r=16, seed=3),
+        # trained on a base whose MLP is narrower: same module names, other dims
+        "narrow": save_adapter(root / "narrow", r=4, seed=4, intermediate_size=96),
+    }
+
+
+@pytest.fixture(autouse=True)
+def raise_mode():
+    """These tests assert what raise mode does, whatever mode an earlier test left behind."""
+    previous = lg.get_mode()
+    lg.configure(mode="raise")
+    yield
+    lg.configure(mode=previous)
+
+
+@pytest.fixture(autouse=True)
+def instrumented():
+    peft_guard.instrument()
+    yield
+    peft_guard.uninstrument()
+
+
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_bitwise_equal(before: dict[str, torch.Tensor], model: torch.nn.Module) -> None:
+    after = model.state_dict()
+    assert after.keys() == before.keys()
+    for key, old in before.items():
+        new = after[key]
+        assert new.dtype == old.dtype and new.shape == old.shape, key
+        assert torch.equal(new, old), key
+
+
+def loaded(path: Path) -> PeftModel:
+    return PeftModel.from_pretrained(llama(), path).eval()
+
+
+# --- hot-swapping ----------------------------------------------------------------------------
+
+def test_prepared_model_refuses_a_rank_above_its_padded_rank(adapters):
+    model = loaded(adapters["r4"])
+    hotswap.prepare_model_for_compiled_hotswap(model, target_rank=8)
+    before = snapshot(model)
+
+    with pytest.raises(lg.PoolShapeDriftError) as caught:
+        hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")
+
+    error = caught.value
+    assert error.code == "LG001" and isinstance(error, RuntimeError)
+    assert "rank 16, above the rank 8" in str(error)
+    assert "target_rank=16" in str(error)
+    assert_bitwise_equal(before, model)
+
+
+def test_without_lora_guard_peft_silently_grows_the_padded_rank(adapters):
+    peft_guard.uninstrument()
+    model = loaded(adapters["r4"])
+    hotswap.prepare_model_for_compiled_hotswap(model, target_rank=8)
+    hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")
+    a = model.base_model.model.model.layers[0].self_attn.q_proj.lora_A["default"].weight
+    assert a.shape[0] == 16  # the padded, compiled shape is gone, and nothing said so
+
+
+def test_swap_from_another_base_is_refused_before_any_write(adapters):
+    model = loaded(adapters["r8"])
+    before = snapshot(model)
+
+    with lg.recording() as rec, pytest.raises(lg.AdapterError) as caught:
+        hotswap.hotswap_adapter(model, adapters["narrow"], adapter_name="default")
+
+    assert caught.value.code == "LG109"
+    assert "in dim 96" in str(caught.value) and "has 128" in str(caught.value)
+    assert set(rec.codes) == {"LG109"}
+    assert_bitwise_equal(before, model)
+
+
+def test_without_lora_guard_the_same_swap_is_left_half_done(adapters):
+    peft_guard.uninstrument()
+    model = loaded(adapters["r8"])
+    before = snapshot(model)
+    with pytest.raises(RuntimeError):
+        hotswap.hotswap_adapter(model, adapters["narrow"], adapter_name="default")
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed  # PEFT wrote part of the swap before it failed
+
+
+def test_a_larger_rank_on_an_unprepared_model_swaps_like_peft_alone(adapters):
+    with lg.recording() as rec:
+        guarded = loaded(adapters["r4"])
+        hotswap.hotswap_adapter(guarded, adapters["r16"], adapter_name="default")
+    assert rec.violations == []
+
+    peft_guard.uninstrument()
+    plain = loaded(adapters["r4"])
+    hotswap.hotswap_adapter(plain, adapters["r16"], adapter_name="default")
+
+    with torch.inference_mode():
+        assert torch.equal(guarded(INPUT).logits, plain(INPUT).logits)
+        reference = loaded(adapters["r16"])(INPUT).logits
+        assert torch.allclose(guarded(INPUT).logits, reference, atol=1e-5)
+
+
+def test_a_smaller_rank_into_a_padded_model_is_allowed(adapters):
+    model = loaded(adapters["r8"])
+    hotswap.prepare_model_for_compiled_hotswap(model, target_rank=16)
+    with lg.recording() as rec:
+        hotswap.hotswap_adapter(model, adapters["r4"], adapter_name="default")
+    assert rec.violations == []
+    with torch.inference_mode():
+        reference = loaded(adapters["r4"])(INPUT).logits
+        assert torch.allclose(model(INPUT).logits, reference, atol=1e-5)
+
+
+def test_state_dict_swap_with_a_config_that_changes_the_function_is_refused(adapters):
+    model = loaded(adapters["r8"])
+    before = snapshot(model)
+    weights = safetensors_torch.load_file(str(adapters["r8"] / "adapter_model.safetensors"))
+    state = {k.replace(".weight", ".default.weight"): v for k, v in weights.items()}
+    config = LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS, use_rslora=True)
+
+    with pytest.raises(lg.AdapterError) as caught:
+        hotswap.hotswap_adapter_from_state_dict(model, state, "default", config)
+
+    assert caught.value.code == "LG105"
+    assert "use_rslora is True but the loaded adapter's is False" in str(caught.value)
+    assert_bitwise_equal(before, model)
+
+
+def test_state_dict_swap_whose_a_and_b_disagree_is_refused(adapters):
+    model = loaded(adapters["r8"])
+    before = snapshot(model)
+    weights = safetensors_torch.load_file(str(adapters["r8"] / "adapter_model.safetensors"))
+    state = {k.replace(".weight", ".default.weight"): v for k, v in weights.items()}
+    key = "base_model.model.model.layers.1.self_attn.q_proj.lora_B.default.weight"
+    state[key] = state[key][:, :4].contiguous()   # B of rank 4 beside A of rank 8
+
+    with pytest.raises(lg.AdapterError) as caught:
+        hotswap.hotswap_adapter_from_state_dict(
+            model, state, "default", LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS))
+
+    assert caught.value.code == "LG102"
+    assert "rank 8" in str(caught.value) and "rank 4" in str(caught.value)
+    assert_bitwise_equal(before, model)
+
+
+def test_warn_mode_lets_the_swap_through_with_a_warning(adapters):
+    model = loaded(adapters["r4"])
+    hotswap.prepare_model_for_compiled_hotswap(model, target_rank=8)
+    lg.configure(mode="warn")
+    try:
+        with pytest.warns(lg.LoRAGuardWarning, match="LG001"):
+            hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")
+    finally:
+        lg.configure(mode="raise")
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+def test_loading_an_adapter_from_another_base_leaves_the_model_untouched(adapters):
+    model = loaded(adapters["r8"])
+    before = snapshot(model)
+
+    with pytest.raises(lg.AdapterError) as caught:
+        model.load_adapter(adapters["narrow"], adapter_name="narrow")
+
+    assert caught.value.code == "LG109"
+    assert "adapter 'narrow'" in str(caught.value)
+    assert list(model.peft_config) == ["default"]
+    assert_bitwise_equal(before, model)
+
+
+def test_loading_an_adapter_with_an_orphan_half_is_refused(adapters, tmp_path):
+    broken = tmp_path / "orphan"
+    shutil.copytree(adapters["r4"], broken)
+    file = broken / "adapter_model.safetensors"
+    weights = safetensors_torch.load_file(str(file))
+    del weights["base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"]
+    safetensors_torch.save_file(weights, str(file))
+    model = loaded(adapters["r8"])
+
+    with pytest.raises(lg.AdapterError) as caught:
+        model.load_adapter(broken, adapter_name="orphan")
+
+    assert caught.value.code == "LG103"
+    assert "has lora_A but no lora_B" in str(caught.value)
+    assert list(model.peft_config) == ["default"]
+
+
+def test_loading_an_adapter_whose_config_rank_lies_is_refused(adapters, tmp_path):
+    lying = tmp_path / "lying"
+    shutil.copytree(adapters["r4"], lying)
+    config = json.loads((lying / "adapter_config.json").read_text())
+    config["r"] = 8
+    (lying / "adapter_config.json").write_text(json.dumps(config))
+
+    with pytest.raises(lg.AdapterError) as caught:
+        loaded(adapters["r8"]).load_adapter(lying, adapter_name="lying")
+    assert caught.value.code == "LG102"
+    assert "tensors of rank 4 but the config says 8" in str(caught.value)
+
+
+def test_loading_good_adapters_raises_nothing_and_serves_them(adapters):
+    with lg.recording() as rec:
+        model = loaded(adapters["r4"])
+        model.load_adapter(adapters["r16"], adapter_name="big")
+        model.set_adapter("big")
+        with torch.inference_mode():
+            out = model(INPUT).logits
+        model.delete_adapter("big")
+    assert rec.violations == []
+    with torch.inference_mode():
+        assert torch.allclose(out, loaded(adapters["r16"])(INPUT).logits, atol=1e-5)
+
+
+def mixtral() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=64, num_local_experts=4, num_experts_per_tok=2)
+    return transformers.MixtralForCausalLM(config).eval()
+
+
+def test_an_moe_adapter_of_another_layout_is_refused_against_the_adapters_on_the_model(
+        tmp_path):
+    flat = get_peft_model(mixtral(), LoraConfig(
+        r=4, target_modules=[], target_parameters=["mlp.experts.gate_up_proj",
+                                                    "mlp.experts.down_proj"]))
+    assert peft_guard.layout_registry(flat).layout is lg.MoELayout.FLAT
+    shared = tmp_path / "shared-outer"
+    shared.mkdir()
+    prefix = "base_model.model.model.layers.0.mlp.experts"
+    safetensors_torch.save_file({
+        f"{prefix}.gate_up_proj.lora_A": torch.zeros(1, 8, 32),
+        f"{prefix}.gate_up_proj.lora_B": torch.zeros(4, 128, 4),
+        f"{prefix}.down_proj.lora_A": torch.zeros(4, 4, 64),
+        f"{prefix}.down_proj.lora_B": torch.zeros(1, 32, 4),
+    }, str(shared / "adapter_model.safetensors"))
+    (shared / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["experts"]}))
+    before = snapshot(flat)
+
+    with pytest.raises(lg.MixedMoELayoutError) as caught:
+        flat.load_adapter(shared, adapter_name="shared")
+
+    assert caught.value.code == "LG002"
+    message = str(caught.value)
+    assert "adapter 'shared'" in message and "flat" in message and "'default'" in message
+    assert list(flat.peft_config) == ["default"]
+    assert_bitwise_equal(before, flat)
+
+
+# --- instrumenting ---------------------------------------------------------------------------
+
+def test_uninstrument_restores_the_original_functions_exactly():
+    peft_guard.uninstrument()
+    originals = (vars(PeftModel)["load_adapter"], vars(PeftModel)["add_adapter"],
+                 hotswap.hotswap_adapter, hotswap.hotswap_adapter_from_state_dict)
+    peft_guard.instrument()
+    peft_guard.instrument()   # idempotent
+    assert vars(PeftModel)["load_adapter"] is not originals[0]
+    assert len(peft_guard.INTEGRATION.patched) == 5
+
+    peft_guard.uninstrument()
+    peft_guard.uninstrument()
+    assert (vars(PeftModel)["load_adapter"], vars(PeftModel)["add_adapter"],
+            hotswap.hotswap_adapter, hotswap.hotswap_adapter_from_state_dict) == originals
+    assert vars(PeftModel)["load_adapter"] is originals[0]
+    assert hotswap.hotswap_adapter is originals[2]
+    assert peft_guard.INTEGRATION.patched == []
+
+
+def test_an_old_peft_release_is_not_patched_but_warned_about(monkeypatch):
+    peft_guard.uninstrument()
+    monkeypatch.setattr(peft, "__version__", "0.10.0")
+    with pytest.warns(lg.integrations.IntegrationWarning, match=r"peft 0\.10\.0 is not patched"):
+        peft_guard.instrument()
+    assert peft_guard.INTEGRATION.patched == []
+    assert vars(PeftModel)["load_adapter"].__name__ == "load_adapter"

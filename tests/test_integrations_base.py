@@ -1,0 +1,234 @@
+"""The integration machinery: hooks, exact restoration, version checks, entry points."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import lora_guard as lg
+from lora_guard import integrations
+from lora_guard.integrations import Integration, IntegrationWarning
+from lora_guard.integrations._base import Patch
+
+LIBRARY = """
+__version__ = "{version}"
+
+class Server:
+    def load(self, path, name=None):
+        return ("loaded", path)
+
+def swap(model, path):
+    return ("swapped", path)
+"""
+
+
+@pytest.fixture
+def fakelib(tmp_path, monkeypatch):
+    """Write a tiny library to disk; ``make(version, source)`` and import it under a new name."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    made: list[str] = []
+
+    def make(name: str, version: str = "1.2.0", source: str = LIBRARY) -> str:
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source.format(version=version)))
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        sys.modules.pop(name, None)
+
+
+def refuse_all(wrapped, instance, args, kwargs):
+    lg.check_slot_maps({"a": 0}, [None])   # always an LG201 in raise mode
+    return wrapped(*args, **kwargs)
+
+
+def integration(module: str, **overrides) -> Integration:
+    return Integration(
+        name="fake", distribution=module, min_version=overrides.pop("min_version", "1.0"),
+        patches=overrides.pop("patches", (
+            Patch(module, "Server.load", ("self", "path"), refuse_all),
+            Patch(module, "swap", ("model", "path"), refuse_all),
+        )),
+    )
+
+
+def test_instrument_before_import_patches_when_the_library_is_imported(fakelib):
+    name = fakelib("fake_before")
+    guard = integration(name)
+    guard.instrument()
+    assert name not in sys.modules
+    module = __import__(name)
+    with pytest.raises(lg.RegistryError):
+        module.Server().load("p")
+    guard.uninstrument()
+    assert module.Server().load("p") == ("loaded", "p")
+
+
+def test_instrument_after_import_patches_at_once_and_restores_identity(fakelib):
+    module = __import__(fakelib("fake_after"))
+    load, swap = vars(module.Server)["load"], module.swap
+    guard = integration(module.__name__)
+    guard.instrument()
+    guard.instrument()
+    with pytest.raises(lg.RegistryError):
+        module.swap(None, "p")
+    guard.uninstrument()
+    assert vars(module.Server)["load"] is load and module.swap is swap
+
+
+def test_a_hook_that_fires_after_uninstrument_does_nothing(fakelib):
+    name = fakelib("fake_late")
+    guard = integration(name)
+    guard.instrument()
+    guard.uninstrument()
+    module = __import__(name)
+    assert module.swap(None, "p") == ("swapped", "p")
+    assert guard.patched == []
+
+
+def test_reinstrumenting_after_a_reimport_patches_the_new_module(fakelib):
+    name = fakelib("fake_again")
+    guard = integration(name)
+    guard.instrument()
+    __import__(name)
+    guard.uninstrument()
+    del sys.modules[name]
+    guard.instrument()
+    module = __import__(name)
+    try:
+        with pytest.raises(lg.RegistryError):
+            module.swap(None, "p")
+    finally:
+        guard.uninstrument()
+
+
+def test_unknown_signatures_are_not_patched_but_named_in_a_warning(fakelib):
+    source = LIBRARY.replace("def swap(model, path)", "def swap(model, adapter_path)")
+    module = __import__(fakelib("fake_changed", version="1.9.0", source=source))
+    guard = integration(module.__name__)
+    with pytest.warns(IntegrationWarning) as warned:
+        guard.instrument()
+    message = str(warned[0].message)
+    assert "1.9.0 is not patched" in message
+    assert "swap: parameters (model, adapter_path) differ from the known (model, path" in message
+    assert guard.patched == []
+    assert module.Server().load("p") == ("loaded", "p")   # all or nothing per module
+    guard.uninstrument()
+
+
+def test_a_release_older_than_known_is_not_patched(fakelib):
+    module = __import__(fakelib("fake_old", version="0.9.1"))
+    guard = integration(module.__name__)
+    with pytest.warns(IntegrationWarning, match=r"0\.9\.1 is older than 1\.0"):
+        guard.instrument()
+    assert module.swap(None, "p") == ("swapped", "p")
+    guard.uninstrument()
+
+
+def test_an_optional_target_missing_from_a_release_is_skipped_quietly(fakelib, recwarn):
+    module = __import__(fakelib("fake_optional"))
+    guard = integration(module.__name__, patches=(
+        Patch(module.__name__, "swap", ("model", "path"), refuse_all),
+        Patch(module.__name__, "Server.unload", ("self",), refuse_all, optional=True),
+    ))
+    guard.instrument()
+    assert guard.patched == [f"{module.__name__}:swap"]
+    assert "Server.unload" in next(iter(guard.skipped))
+    assert not [w for w in recwarn if issubclass(w.category, IntegrationWarning)]
+    guard.uninstrument()
+
+
+def test_a_wrapper_patched_over_by_someone_else_is_left_in_place(fakelib):
+    module = __import__(fakelib("fake_layered"))
+    guard = integration(module.__name__)
+    guard.instrument()
+    theirs = module.swap
+
+    def other_tracer(*args):
+        return theirs(*args)
+
+    module.swap = other_tracer
+    with pytest.warns(IntegrationWarning, match="patched again by someone else"):
+        guard.uninstrument()
+    assert module.swap is other_tracer
+    assert module.swap(None, "p") == ("swapped", "p")   # our layer is a pass-through now
+
+
+def test_off_mode_makes_every_guard_a_pass_through(fakelib):
+    module = __import__(fakelib("fake_off"))
+    guard = integration(module.__name__)
+    guard.instrument()
+    lg.configure(mode="off")
+    try:
+        assert module.swap(None, "p") == ("swapped", "p")
+    finally:
+        lg.configure(mode="raise")
+        guard.uninstrument()
+
+
+# --- the registry and the entry-point group ------------------------------------------------
+
+def test_the_builtin_integrations_are_available_by_name():
+    assert {"peft", "sglang", "vllm"} <= set(integrations.available())
+    for name in ("peft", "sglang", "vllm", " PEFT "):
+        found = integrations.get(name)
+        assert found.name == name.strip().lower()
+        assert callable(found.instrument) and callable(found.uninstrument)
+
+
+def test_an_unknown_name_lists_the_known_ones():
+    with pytest.raises(ValueError) as caught:
+        integrations.get("tgi")
+    assert "no integration 'tgi'; known: peft, sglang, vllm" in str(caught.value)
+    assert "lora_guard.integrations" in str(caught.value)
+
+
+def fake_entry_points(tmp_path, monkeypatch, value: str, source: str):
+    (tmp_path / "thirdparty_guard.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("thirdparty_guard", None)
+    entry = importlib.metadata.EntryPoint(
+        name="tgi", value=value, group=integrations.ENTRY_POINT_GROUP)
+
+    def entry_points(**select):
+        assert select == {"group": integrations.ENTRY_POINT_GROUP}
+        return importlib.metadata.EntryPoints([entry])
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+
+
+def test_a_third_party_integration_ships_through_the_entry_point_group(tmp_path, monkeypatch):
+    fake_entry_points(tmp_path, monkeypatch, "thirdparty_guard", """
+        name = "tgi"
+        calls = []
+        def instrument(): calls.append("instrument")
+        def uninstrument(): calls.append("uninstrument")
+    """)
+    assert "tgi" in integrations.available()
+    done = integrations.instrument("peft,tgi")
+    integrations.uninstrument(["tgi", "peft"])
+    assert [getattr(d, "name", None) for d in done] == ["peft", "tgi"]
+    assert sys.modules["thirdparty_guard"].calls == ["instrument", "uninstrument"]
+
+
+def test_an_entry_point_without_instrument_is_refused_clearly(tmp_path, monkeypatch):
+    fake_entry_points(tmp_path, monkeypatch, "thirdparty_guard:thing", "thing = 42\n")
+    with pytest.raises(TypeError, match="lacks instrument"):
+        integrations.get("tgi")
+
+
+def test_instrument_by_names_checks_every_name_before_patching_any():
+    with pytest.raises(ValueError, match="no integration 'nope'"):
+        integrations.instrument(["peft", "nope"])
+    assert not integrations.get("peft").instrumented
+
+
+def test_the_replicas_are_not_installed():
+    assert not (Path(__file__).parent / "replicas" / "__init__.py").exists()
+    for name in ("sglang", "vllm"):
+        assert name not in sys.modules or "replicas" in str(sys.modules[name].__file__)
