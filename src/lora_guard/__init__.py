@@ -2,58 +2,113 @@
 
 One catalogue of invariants (`INVARIANTS`), checked by runtime guards (decorators and proxies
 over pools, loaders and caches), by a checker of adapters on disk, and by a pytest plugin.
+
+Public names are imported on first use (PEP 562), so that ``import lora_guard`` (and the
+pytest plugin's entry module, which lives in this package) costs nothing until a guard is
+used; ``from lora_guard import shapes`` and ``lg.shapes`` work as usual.
 """
 
 from __future__ import annotations
 
-from ._cache import GuardedCache, guard_cache_lookup, weight_cache_key
-from ._catalogue import INVARIANTS, Invariant
-from ._checks import MoELayout
-from ._config import Recording, configure, get_mode, recording
-from ._errors import (
-    AdapterError,
-    CacheKeyCollisionError,
-    LoRAGuardError,
-    LoRAGuardWarning,
-    MixedMoELayoutError,
-    PoolShapeDriftError,
-    RankDivergenceError,
-    RegistryError,
-    ShapeContractError,
-    Violation,
-)
-from ._layouts import LayoutRegistry, detect_moe_layout, guard_adapter_load
-from ._predicates import (
-    cache_entry_matches,
-    check_slot_maps,
-    is_lora_guard_error,
-    layouts_uniform,
-    pool_shapes_stable,
-    shapes_conform,
-    slot_maps_consistent,
-)
-from ._shapes import frozen_dims, shapes, unfreeze
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._adapters import AdapterSpec, LoRAModuleSpec, TensorInfo, inspect_adapter
+    from ._cache import GuardedCache, guard_cache_lookup, weight_cache_key
+    from ._catalogue import INVARIANTS, Invariant
+    from ._check_adapters import Report, ServingLimits, adapter_servable, check_adapters
+    from ._checks import MoELayout
+    from ._config import Recording, configure, get_mode, recording
+    from ._distributed import assert_rank_consistent, rank_consistent, rank_fingerprint
+    from ._errors import (
+        AdapterError,
+        CacheKeyCollisionError,
+        LoRAGuardError,
+        LoRAGuardWarning,
+        MixedMoELayoutError,
+        PoolShapeDriftError,
+        RankDivergenceError,
+        RegistryError,
+        ShapeContractError,
+        Violation,
+    )
+    from ._layouts import LayoutRegistry, detect_moe_layout, guard_adapter_load
+    from ._predicates import (
+        cache_entry_matches,
+        check_slot_maps,
+        is_lora_guard_error,
+        layouts_uniform,
+        pool_shapes_stable,
+        shapes_conform,
+        slot_maps_consistent,
+    )
+    from ._shapes import frozen_dims, shapes, unfreeze
 
 __version__ = "0.1.0"
+
+# Where each public name lives; the TYPE_CHECKING imports above say the same for type
+# checkers, and a test keeps the two in step.
+_PUBLIC: dict[str, tuple[str, ...]] = {
+    "._adapters": ("AdapterSpec", "LoRAModuleSpec", "TensorInfo", "inspect_adapter"),
+    "._cache": ("GuardedCache", "guard_cache_lookup", "weight_cache_key"),
+    "._catalogue": ("INVARIANTS", "Invariant"),
+    "._check_adapters": ("Report", "ServingLimits", "adapter_servable", "check_adapters"),
+    "._checks": ("MoELayout",),
+    "._config": ("Recording", "configure", "get_mode", "recording"),
+    "._distributed": ("assert_rank_consistent", "rank_consistent", "rank_fingerprint"),
+    "._errors": (
+        "AdapterError",
+        "CacheKeyCollisionError",
+        "LoRAGuardError",
+        "LoRAGuardWarning",
+        "MixedMoELayoutError",
+        "PoolShapeDriftError",
+        "RankDivergenceError",
+        "RegistryError",
+        "ShapeContractError",
+        "Violation",
+    ),
+    "._layouts": ("LayoutRegistry", "detect_moe_layout", "guard_adapter_load"),
+    "._predicates": (
+        "cache_entry_matches",
+        "check_slot_maps",
+        "is_lora_guard_error",
+        "layouts_uniform",
+        "pool_shapes_stable",
+        "shapes_conform",
+        "slot_maps_consistent",
+    ),
+    "._shapes": ("frozen_dims", "shapes", "unfreeze"),
+}
+_HOME = {name: module for module, names in _PUBLIC.items() for name in names}
 
 __all__ = [
     "INVARIANTS",
     "AdapterError",
+    "AdapterSpec",
     "CacheKeyCollisionError",
     "GuardedCache",
     "Invariant",
     "LayoutRegistry",
     "LoRAGuardError",
     "LoRAGuardWarning",
+    "LoRAModuleSpec",
     "MixedMoELayoutError",
     "MoELayout",
     "PoolShapeDriftError",
     "RankDivergenceError",
     "Recording",
     "RegistryError",
+    "Report",
+    "ServingLimits",
     "ShapeContractError",
+    "TensorInfo",
     "Violation",
+    "adapter_servable",
+    "assert_rank_consistent",
     "cache_entry_matches",
+    "check_adapters",
     "check_slot_maps",
     "configure",
     "detect_moe_layout",
@@ -61,9 +116,12 @@ __all__ = [
     "get_mode",
     "guard_adapter_load",
     "guard_cache_lookup",
+    "inspect_adapter",
     "is_lora_guard_error",
     "layouts_uniform",
     "pool_shapes_stable",
+    "rank_consistent",
+    "rank_fingerprint",
     "recording",
     "shapes",
     "shapes_conform",
@@ -72,10 +130,15 @@ __all__ = [
     "weight_cache_key",
 ]
 
-# Errors are raised from private modules; show them under the package users import.
-for _cls in (
-    LoRAGuardError, PoolShapeDriftError, MixedMoELayoutError, CacheKeyCollisionError,
-    ShapeContractError, AdapterError, RegistryError, RankDivergenceError, LoRAGuardWarning,
-):
-    _cls.__module__ = __name__
-del _cls
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lora_guard' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later look-ups are plain module attributes
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -268,6 +268,12 @@ _CLASSES: dict[str, type[LoRAGuardError]] = {
 }
 
 
+# Raised from this private module, shown under the package users import.
+for _cls in (*_CLASSES.values(), LoRAGuardError, LoRAGuardWarning):
+    _cls.__module__ = "lora_guard"
+del _cls
+
+
 def error_class(code: str) -> type[LoRAGuardError]:
     """The exception class that raises invariant ``code``, from its catalogue entry."""
     return _CLASSES[INVARIANTS[code].error]

@@ -1,0 +1,3 @@
+"""Shared test setup: pytester drives the pytest plugin's own tests."""
+
+pytest_plugins = ["pytester"]
