@@ -268,6 +268,53 @@ def test_loading_good_adapters_raises_nothing_and_serves_them(adapters):
         assert torch.allclose(out, loaded(adapters["r16"])(INPUT).logits, atol=1e-5)
 
 
+def test_a_config_that_leaves_out_what_peft_defaults_is_no_false_alarm(adapters, tmp_path):
+    """PEFT fills in r=8 and lora_alpha=8 for a hand-written config that omits them."""
+    terse = tmp_path / "terse"
+    shutil.copytree(adapters["r8"], terse)
+    config = json.loads((terse / "adapter_config.json").read_text())
+    del config["r"], config["lora_alpha"]
+    (terse / "adapter_config.json").write_text(json.dumps(config))
+
+    with lg.recording() as rec:
+        loaded(adapters["r4"]).load_adapter(terse, adapter_name="terse")
+    assert rec.violations == []
+
+
+class Vision(torch.nn.Module):
+    """Layers PEFT adapts beyond linear ones: convolutions and an embedding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv2d = torch.nn.Conv2d(3, 8, 3)
+        self.conv1d = torch.nn.Conv1d(8, 8, 3)
+        self.emb = torch.nn.Embedding(10, 8)
+        self.lin = torch.nn.Linear(8, 4)
+
+
+@pytest.mark.parametrize("use_dora", [False, True], ids=["lora", "dora"])
+def test_conv_embedding_and_dora_adapters_load_without_a_false_alarm(tmp_path, use_dora):
+    targets = ["conv2d", "lin"] if use_dora else ["conv2d", "conv1d", "emb", "lin"]
+    trained = get_peft_model(Vision(), LoraConfig(r=4, target_modules=targets,
+                                                  use_dora=use_dora))
+    trained.save_pretrained(tmp_path / "adapter")
+
+    with lg.recording() as rec:
+        model = PeftModel.from_pretrained(Vision(), tmp_path / "adapter")
+        model.load_adapter(tmp_path / "adapter", adapter_name="again")
+
+    assert rec.violations == []
+    assert sorted(model.peft_config) == ["again", "default"]
+
+
+def test_loading_an_adapter_from_another_base_names_the_dims(adapters):
+    with pytest.raises(lg.AdapterError) as caught:
+        loaded(adapters["r8"]).load_adapter(adapters["narrow"], adapter_name="narrow")
+    assert "mlp.down_proj.lora_A.weight (and 1 more) has in dim 96, but down_proj on the " \
+        "base model has 128 (Linear.in_features 128)" in str(caught.value)
+
+
 def mixtral() -> torch.nn.Module:
     torch.manual_seed(0)
     config = transformers.MixtralConfig(

@@ -95,6 +95,11 @@ def manager(sgl, **kwargs):
                                    **kwargs)
 
 
+def moe_manager(sgl, **kwargs):
+    """A server whose pool serves the MoE adapters' projections (--lora-target-modules)."""
+    return manager(sgl, target_modules=["q_proj", "gate_up_proj", "down_proj"], **kwargs)
+
+
 def ref(sgl, name: str, path: Path):
     return sgl.registry.LoRARef(lora_id=name, lora_name=name, lora_path=str(path))
 
@@ -148,6 +153,37 @@ def test_a_failed_load_that_leaves_its_config_behind_is_reported(sgl, tmp_path):
     assert rec.codes == ["LG201"]
 
 
+def test_weights_for_a_module_the_pool_does_not_serve_fail_the_load_by_name(sgl, tmp_path):
+    tensors = {}
+    for module in ("q_proj", "o_proj"):
+        prefix = f"base_model.model.model.layers.0.self_attn.{module}"
+        tensors[f"{prefix}.lora_A.weight"] = torch.randn(4, HIDDEN)
+        tensors[f"{prefix}.lora_B.weight"] = torch.randn(HIDDEN, 4)
+    adapter = write_adapter(tmp_path / "o", tensors, target_modules=["q_proj", "o_proj"])
+    lora_manager = manager(sgl, target_modules=["qkv_proj"])   # sglang's fused name
+
+    result = lora_manager.load_lora_adapter(ref(sgl, "o", adapter))
+
+    assert result.success is False
+    assert result.error_message.startswith("LG104 unsupported-target: adapter 'o': module "
+                                           "model.layers.0.self_attn.o_proj (o_proj)")
+    assert "served: k_proj, q_proj, qkv_proj, v_proj" in result.error_message
+    assert lora_manager.configs == {}
+
+
+def test_validating_outside_a_load_runs_the_same_checks(sgl, tmp_path):
+    adapter = dense(tmp_path / "dora", use_dora=True)
+    lora_manager = manager(sgl)
+    config = sgl.manager.LoRAConfig(str(adapter))
+    with pytest.raises(lg.AdapterError) as caught:
+        lora_manager.validate_new_adapter(config, ref(sgl, "dora", adapter))
+    assert caught.value.code == "LG105" and "uses DoRA" in str(caught.value)
+
+    with lg.recording() as rec:   # inside a load, the load guard reports it once
+        result = lora_manager.load_lora_adapter(ref(sgl, "dora", adapter))
+    assert result.success is False and rec.codes == ["LG105"]
+
+
 def test_a_good_adapter_loads_and_serves_without_a_violation(sgl, tmp_path):
     lora_manager = manager(sgl)
     with lg.recording() as rec:
@@ -160,7 +196,7 @@ def test_a_good_adapter_loads_and_serves_without_a_violation(sgl, tmp_path):
 # --- MoE layouts (seed 001) --------------------------------------------------------------------
 
 def test_an_adapter_of_another_moe_layout_is_refused_naming_the_pools_owner(sgl, tmp_path):
-    lora_manager = manager(sgl)
+    lora_manager = moe_manager(sgl)
     assert lora_manager.load_lora_adapter(
         ref(sgl, "math", moe(tmp_path / "math", shared_outer=True))).success
 
@@ -177,12 +213,12 @@ def test_start_up_adapters_of_mixed_layouts_are_refused_before_loading(sgl, tmp_
     paths = [ref(sgl, "math", moe(tmp_path / "math", shared_outer=True)),
              ref(sgl, "code", moe(tmp_path / "code", shared_outer=False))]
     with pytest.raises(lg.MixedMoELayoutError) as caught:
-        manager(sgl, lora_paths=paths)
+        moe_manager(sgl, lora_paths=paths)
     assert "adapter 'code'" in str(caught.value) and "'math'" in str(caught.value)
 
 
 def test_unloading_frees_the_pool_layout(sgl, tmp_path):
-    lora_manager = manager(sgl)
+    lora_manager = moe_manager(sgl)
     math = ref(sgl, "math", moe(tmp_path / "math", shared_outer=True))
     assert lora_manager.load_lora_adapter(math).success
     assert lora_manager.unload_lora_adapter(math).success

@@ -92,7 +92,8 @@ def test_a_rank_pattern_above_max_lora_rank_is_refused_before_a_tensor_is_read(
     with pytest.raises(lg.AdapterError) as caught:
         manager.add_adapter(request(vllm, path))
     assert caught.value.code == "LG101"
-    assert "rank 32 of r is above the served max rank 16" in str(caught.value)
+    assert "rank 32 of model.layers.0.self_attn.q_proj is above the served max rank 16" in (
+        str(caught.value))
     assert manager._adapter_manager._registered_adapters == {}
 
 
@@ -101,7 +102,8 @@ def test_weights_for_modules_the_model_does_not_serve_are_refused(vllm, tmp_path
     with pytest.raises(lg.AdapterError) as caught:
         worker(vllm).add_adapter(request(vllm, path))
     assert caught.value.code == "LG104"
-    assert "module o_proj" in str(caught.value) and "served: " in str(caught.value)
+    assert "module model.layers.0.self_attn.o_proj (o_proj) is not served" in str(caught.value)
+    assert "served: embed_tokens, q_proj, v_proj" in str(caught.value)
 
 
 def test_an_embedding_adapter_for_another_vocabulary_is_refused(vllm, tmp_path):
@@ -119,8 +121,9 @@ def test_features_vllm_does_not_serve_are_refused(vllm, tmp_path):
         worker(vllm).add_adapter(request(vllm, path))
     codes = {v.code for v in caught.value.violations}
     assert codes == {"LG105"}
-    assert {v.details["feature"] for v in caught.value.violations} == {
-        "use_dora", "modules_to_save"}
+    assert {v.details["allow_name"] for v in caught.value.violations} == {
+        "dora", "modules_to_save"}
+    assert "uses DoRA (use_dora=True)" in str(caught.value)
 
 
 def test_an_lru_activation_keeps_the_slot_table_consistent(vllm, tmp_path):

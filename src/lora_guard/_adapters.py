@@ -37,6 +37,7 @@ __all__ = [
     "load_spec",
     "malformed_violation",
     "pattern_value",
+    "read_config",
 ]
 
 CONFIG_NAME = "adapter_config.json"
@@ -79,9 +80,11 @@ class LoRAModuleSpec:
     """One LoRA module of an adapter: its A and B halves as the safetensors header shows them.
 
     ``kind`` is ``"linear"``, ``"embedding"``, ``"moe-per-expert"`` (2D weights under
-    ``experts.<i>.``), ``"moe-packed"`` (3D, dim 0 = experts or 1) or ``"moe-flat"`` (PEFT
-    ``target_parameters``, rank x experts rows). ``rank`` is the rank per expert when the
-    expert count is known; a half that is missing has shape None (an orphan).
+    ``experts.<i>.``), ``"moe-packed"`` (3D under an experts module, dim 0 = experts or 1),
+    ``"moe-flat"`` (PEFT ``target_parameters``, rank x experts rows) or ``"conv"`` (a
+    convolution's halves: A ``(r, in, *kernel)``, B ``(out, r, *kernel)``). ``rank`` is
+    the rank per expert when the expert count is known; a half that is missing has shape
+    None (an orphan).
 
     Example:
         >>> import lora_guard as lg
@@ -96,7 +99,7 @@ class LoRAModuleSpec:
     target: str
     """The module type servers name it by: ``q_proj``, ``gate_up_proj``, ``embed_tokens``."""
     kind: str
-    """``linear``, ``embedding``, ``moe-per-expert``, ``moe-packed`` or ``moe-flat``."""
+    """``linear``, ``embedding``, ``moe-per-expert``, ``moe-packed``, ``moe-flat`` or ``conv``."""
     rank: int | None
     """Rank (per expert for MoE); None when it cannot be told (empty or missing halves)."""
     a_shape: tuple[int, ...] | None
@@ -118,12 +121,16 @@ class LoRAModuleSpec:
 
     @property
     def in_features(self) -> int | None:
-        """A's in dim (its last dim); the vocab for an embedding."""
+        """A's in dim (its last dim; a convolution's in channels); the vocab for an embedding."""
+        if self.kind == "conv":
+            return self.a_shape[1] if self.a_shape and len(self.a_shape) > 1 else None
         return self.a_shape[-1] if self.a_shape else None
 
     @property
     def out_features(self) -> int | None:
-        """B's out dim (its second to last dim)."""
+        """B's out dim (its second to last dim; a convolution's out channels)."""
+        if self.kind == "conv":
+            return self.b_shape[0] if self.b_shape else None
         return self.b_shape[-2] if self.b_shape and len(self.b_shape) >= 2 else None
 
 
@@ -237,7 +244,14 @@ def _reject_constant(name: str) -> Any:  # NaN/Infinity: not JSON, and a NaN alp
     raise Malformed(CONFIG_NAME, f"non-standard JSON constant {name}; every number must be finite")
 
 
-def _read_config(folder: pathlib.Path) -> tuple[dict[str, Any], int]:
+def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
+    """``adapter_config.json`` of an adapter folder as a dict, and its size in bytes.
+
+    Read as strictly as `inspect_adapter` reads it (no symlink out of the folder, a size cap,
+    no duplicate keys or NaN), but not checked for LoRA's fields, so a caller can look at
+    ``peft_type`` first. Raises `Malformed` when it cannot be read.
+    """
+    folder = pathlib.Path(folder)
     file = _regular_file(folder, CONFIG_NAME)
     if file is None:
         raise Malformed(CONFIG_NAME, "missing; an adapter folder needs adapter_config.json")
@@ -261,8 +275,17 @@ def _read_config(folder: pathlib.Path) -> tuple[dict[str, Any], int]:
         raise Malformed(CONFIG_NAME, f"invalid JSON ({exc})") from None
     if not isinstance(config, dict):
         raise Malformed(CONFIG_NAME, f"not a JSON object but a {type(config).__name__}")
-    _validate_config(config)
     return config, len(raw)
+
+
+def _read_config(
+    folder: pathlib.Path, defaults: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], int]:
+    config, size = read_config(folder)
+    if defaults:
+        config = {**defaults, **config}
+    _validate_config(config)
+    return config, size
 
 
 def _validate_config(config: Mapping[str, Any]) -> None:
@@ -319,8 +342,12 @@ def _validate_config(config: Mapping[str, Any]) -> None:
         raise bad("modules_to_save", "not a list of module names")
 
 
-def _read_weights(folder: pathlib.Path) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
+def _read_weights(
+    folder: pathlib.Path, required: bool = True
+) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
     file = _regular_file(folder, WEIGHTS_NAME)
+    if file is None and not required:
+        return {}, {}, 0
     if file is None:
         for name in _PICKLE_NAMES:
             if os.path.lexists(os.path.join(folder, name)):
@@ -448,8 +475,11 @@ def _module_record(
         kind = "embedding"
     a_shape = a.shape if a else None
     b_shape = b.shape if b else None
-    if kind != "embedding" and ((a_shape and len(a_shape) == 3) or (b_shape and len(b_shape) == 3)):
-        kind = "moe-packed"
+    wide = [s for s in (a_shape, b_shape) if s and len(s) > 2]
+    if kind != "embedding" and wide:
+        # packed MoE weights are 3D under an experts module; other N-D halves are convolutions
+        packed = "experts" in module.split(".") and all(len(s) == 3 for s in wide)
+        kind = "moe-packed" if packed else "conv"
     rank: int | None = None
     experts: int | None = None
     half = a or b
@@ -459,9 +489,9 @@ def _module_record(
         elif a_shape and len(a_shape) == 3:
             rank = a_shape[-2] // (2 if "gate_up" in target or "w13" in target else 1)
         experts = max((s[0] for s in (a_shape, b_shape) if s and len(s) == 3), default=None)
-    elif a_shape and len(a_shape) == 2:
+    elif a_shape and len(a_shape) >= 2:  # linear (r, in); conv (r, in, *kernel)
         rank = a_shape[0]
-    elif b_shape and len(b_shape) == 2:
+    elif b_shape and len(b_shape) >= 2:  # linear (out, r); conv (out, r, *kernel)
         rank = b_shape[1]
     if kind == "moe-flat" and rank:
         r = pattern_value(config.get("rank_pattern") or {}, module) or config.get("r")
@@ -500,16 +530,30 @@ def _features(config: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, 
     return found
 
 
-def load_spec(path: str | os.PathLike[str]) -> AdapterSpec:
-    """`inspect_adapter` without reporting: raises `Malformed` for an unreadable adapter."""
+def load_spec(
+    path: str | os.PathLike[str],
+    *,
+    require_weights: bool = True,
+    config_defaults: Mapping[str, Any] | None = None,
+) -> AdapterSpec:
+    """`inspect_adapter` without reporting: raises `Malformed` for an unreadable adapter.
+
+    ``config_defaults`` are the values a loader fills in for fields the config leaves out
+    (PEFT's ``LoraConfig`` defaults ``r`` and ``lora_alpha`` to 8), so a config that the
+    loader accepts is not reported as malformed.
+
+    ``require_weights=False`` is for a loader that reads other weight files itself: a folder
+    without ``adapter_model.safetensors`` then gives a spec of its config alone (no tensors,
+    no modules) instead of an LG108; a safetensors file that is there is read as strictly.
+    """
     folder = pathlib.Path(path)
     if not folder.exists():
         raise Malformed(str(folder), "no such file or folder")
     if not folder.is_dir():
         raise Malformed(folder.name, "not an adapter folder (expected a folder holding "
                         "adapter_config.json and adapter_model.safetensors)")
-    config, config_size = _read_config(folder)
-    tensors, metadata, weights_size = _read_weights(folder)
+    config, config_size = _read_config(folder, config_defaults)
+    tensors, metadata, weights_size = _read_weights(folder, require_weights)
     halves: dict[str, dict[str, str]] = {}
     extra: dict[str, str] = {}
     unknown: list[str] = []

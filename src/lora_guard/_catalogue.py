@@ -220,6 +220,7 @@ _ENTRIES = (
             "lg.check_adapters",
             "integrations.sglang",
             "integrations.peft",
+            "integrations.vllm",
         ),
     ),
     _entry(
@@ -406,7 +407,8 @@ _ENTRIES = (
                 "{subject}: {module} has tensors of rank {rank} but the config says {config_rank}."
             ),
         },
-        raised_by=("lg.check_adapters", "lora-guard check", "integrations.peft"),
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
+                   "integrations.sglang", "integrations.peft"),
     ),
     _entry(
         code="LG103",
@@ -434,7 +436,8 @@ _ENTRIES = (
         messages={
             "orphan": "{subject}: {module} has {present} but no {missing}.",
         },
-        raised_by=("lg.check_adapters", "lora-guard check"),
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
+                   "integrations.sglang", "integrations.peft"),
     ),
     _entry(
         code="LG104",
@@ -470,7 +473,8 @@ _ENTRIES = (
             "module": "{subject}: module {module} ({target}) is not served; served: {served}.",
             "grammar": "{subject}: tensor key {key!r} is not LoRA key grammar.",
         },
-        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm"),
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
+                   "integrations.sglang"),
         variant_fixes={"grammar": 1},
     ),
     _entry(
@@ -558,7 +562,8 @@ _ENTRIES = (
         example="# after\nwith FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT): ...\n",
         error="AdapterError",
         messages={"empty": "{subject}: tensor {key} has zero size (shape {shape})."},
-        raised_by=("lg.check_adapters", "lora-guard check"),
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
+                   "integrations.sglang", "integrations.peft"),
     ),
     _entry(
         code="LG108",
@@ -596,7 +601,8 @@ _ENTRIES = (
         messages={
             "malformed": "{subject}: {file}: {problem}.",
         },
-        raised_by=("lg.inspect_adapter", "lg.check_adapters", "lora-guard check"),
+        raised_by=("lg.inspect_adapter", "lg.check_adapters", "lora-guard check",
+                   "integrations.vllm", "integrations.sglang", "integrations.peft"),
     ),
     _entry(
         code="LG109",

@@ -25,7 +25,14 @@ from ._config import report as _report
 from ._errors import Violation, make_violation
 from ._safetensors import DTYPE_NAMES, safetensors_code
 
-__all__ = ["SCHEMA_VERSION", "Report", "ServingLimits", "adapter_servable", "check_adapters"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Report",
+    "ServingLimits",
+    "adapter_servable",
+    "check_adapters",
+    "spec_violations",
+]
 
 SCHEMA_VERSION = 1
 """Version of `Report.to_dict`'s JSON schema; bumped only on an incompatible change."""
@@ -342,10 +349,11 @@ def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
         rank_a = a[-2] // factor if len(a) == 3 else None
         rank_b = b[-1] if len(b) == 3 else None
         agree = len(a) == 3 and len(b) == 3 and a[-2] == factor * b[-1]
-    else:
-        rank_a = a[0] if len(a) == 2 else None
-        rank_b = b[1] if len(b) == 2 else None
-        agree = len(a) == 2 and len(b) == 2 and a[0] == b[1]
+    else:  # linear A (r, in), B (out, r); conv the same with kernel dims after them
+        ndim = 2 if module.kind != "conv" else max(len(a), len(b))
+        rank_a = a[0] if len(a) == ndim else None
+        rank_b = b[1] if len(b) == ndim else None
+        agree = len(a) == ndim and len(b) == ndim and a[0] == b[1]
     if not agree:
         found.append(make_violation(
             "LG102", "a-b", subject, module=module.module, rank_a=rank_a, rank_b=rank_b,
@@ -389,34 +397,45 @@ def _check_base(subject: str, module: LoRAModuleSpec, base: BaseModelDims,
             "source": "the base config has no experts"})
         return
     if module.kind == "embedding":
-        (vocab, _), _ = base.expected("embed_tokens", moe=False)
-        if module.a_shape and vocab and module.a_shape[-1] != vocab:
-            grouped.add(("LG109", "vocab", module.a_shape[-1]), module.a_key or key,
-                        {"got": module.a_shape[-1], "expected": vocab})
-        if module.b_shape and len(module.b_shape) == 2 and (
-                module.b_shape[0] != base.hidden_size):
-            grouped.add(("LG109", "dim", "embed_tokens", "out", module.b_shape[0]),
-                        module.b_key or key, {
-                            "which": "out", "got": module.b_shape[0],
-                            "module_kind": "embed_tokens", "expected": base.hidden_size,
-                            "source": f"hidden_size {base.hidden_size}"})
+        _check_fit(module, *base.expected("embed_tokens", moe=False), grouped,
+                   module_kind="embed_tokens")
         return
-    (exp_in, in_src), (exp_out, out_src) = base.expected(
-        module.target, moe=moe, module=module.module)
-    if module.a_shape and exp_in is not None and module.a_shape[-1] != exp_in:
-        grouped.add(("LG109", "dim", module.target, "in", module.a_shape[-1]),
-                    module.a_key or key, {
-                        "which": "in", "got": module.a_shape[-1],
-                        "module_kind": module.target, "expected": exp_in, "source": in_src})
-    out = module.out_features
-    if out is not None and exp_out is not None and out != exp_out:
-        if module.target == "lm_head":
-            grouped.add(("LG109", "vocab", out), module.b_key or key,
-                        {"got": out, "expected": exp_out})
+    _check_fit(module, *base.expected(module.target, moe=moe, module=module.module), grouped)
+
+
+Expected = tuple[int | None, str]
+"""An expected dim and where it comes from, e.g. ``(64, "hidden_size 64")``; None: unknown."""
+
+
+def _check_fit(module: LoRAModuleSpec, expected_in: Expected, expected_out: Expected,
+               grouped: _Grouped, module_kind: str | None = None) -> None:
+    """LG109: A's in dim and B's out dim against the module's dims on the base model
+    (an embedding's in dim and lm_head's out dim are the vocab)."""
+    key = module.a_key or module.b_key or module.module
+    kind_name = module_kind or module.target
+    sides = (("in", module.in_features, expected_in, module.a_key, module.kind == "embedding"),
+             ("out", module.out_features, expected_out, module.b_key,
+              module.target == "lm_head"))
+    for which, got, (expected, source), tensor_key, is_vocab in sides:
+        if got is None or expected is None or got == expected:
+            continue
+        if is_vocab:
+            grouped.add(("LG109", "vocab", got), tensor_key or key,
+                        {"got": got, "expected": expected})
         else:
-            grouped.add(("LG109", "dim", module.target, "out", out), module.b_key or key, {
-                "which": "out", "got": out, "module_kind": module.target,
-                "expected": exp_out, "source": out_src})
+            grouped.add(("LG109", "dim", kind_name, which, got), tensor_key or key, {
+                "which": which, "got": got, "module_kind": kind_name, "expected": expected,
+                "source": source})
+
+
+def _check_vocab(module: LoRAModuleSpec, vocab: int, grouped: _Grouped) -> None:
+    """LG109 against the vocab alone: an embedding's A and lm_head's B."""
+    known: Expected = (vocab, f"vocab_size {vocab}")
+    unknown: Expected = (None, "")
+    if module.kind == "embedding":
+        _check_fit(module, known, unknown, grouped)
+    elif module.target == "lm_head":
+        _check_fit(module, unknown, known, grouped)
 
 
 def _check_saved_embeddings(spec: AdapterSpec, base: BaseModelDims, grouped: _Grouped) -> None:
@@ -444,7 +463,10 @@ def _served(module: LoRAModuleSpec, served: frozenset[str]) -> bool:
     return module.kind in ("moe-flat", "moe-packed") and "experts" in served
 
 
-def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits) -> list[Violation]:
+def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
+                vocab_size: int | None = None,
+                module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
+                ) -> list[Violation]:
     found: list[Violation] = []
     grouped = _Grouped()
     # LG105: features the server does not serve
@@ -487,9 +509,13 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits) -> list[
         _check_ranks(subject, spec, module, found, grouped)
         if module.rank:
             ranks.setdefault(module.rank, module.module)
-        # LG109: fit to the base model
-        if limits.base is not None:
+        # LG109: fit to the base model (its live modules, its config, or its vocab alone)
+        if module_dims is not None and module.module in module_dims:
+            _check_fit(module, *module_dims[module.module], grouped)
+        elif limits.base is not None:
             _check_base(subject, module, limits.base, grouped)
+        elif vocab_size is not None:
+            _check_vocab(module, vocab_size, grouped)
     if limits.base is not None:
         _check_saved_embeddings(spec, limits.base, grouped)
     # LG101: ranks above the limit (config values too, as vLLM checks them)
@@ -528,6 +554,62 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits) -> list[
         ("LG105", "LG104", "LG103", "LG107", "LG102", "LG101", "LG106", "LG109", "LG002"))}
     found.sort(key=lambda v: order.get(v.code, 99))
     return found
+
+
+_CODES = ("LG002", "LG101", "LG102", "LG103", "LG104", "LG105", "LG106", "LG107", "LG109")
+
+
+def spec_violations(
+    spec: AdapterSpec,
+    limits: ServingLimits | None = None,
+    *,
+    subject: str | None = None,
+    skip: Iterable[str] = (),
+    vocab_size: int | None = None,
+    module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
+) -> list[Violation]:
+    """What `check_adapters` finds in one adapter, for a guard that already holds its spec.
+
+    The checks of one adapter (LG101-LG107, LG109, and LG002 within it; not LG108, which is
+    the reading's, nor LG110 and LG002 across a set), in the order `check_adapters` reports
+    them. For an engine in front of which a guard stands:
+
+    - ``subject`` names the adapter in messages (default ``adapter '<folder>'``);
+    - ``skip`` names codes the engine settles itself or accepts by design (e.g. ``"LG106"``
+      where it casts every weight to its own dtype);
+    - ``vocab_size`` is the base model's vocab when the engine knows no more of it (an
+      embedding's A and lm_head's B are checked against it, LG109);
+    - ``module_dims`` maps module paths to their ``((in, source), (out, source))`` dims on
+      the live model; a module listed there is checked against them instead of
+      ``limits.base_config``.
+
+    Example:
+        >>> import tempfile, lora_guard as lg
+        >>> from lora_guard._adapter_writer import write_adapter
+        >>> from lora_guard._check_adapters import spec_violations
+        >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/a", rank=32))
+        >>> [v.code for v in spec_violations(spec, lg.ServingLimits(max_rank=16))]
+        ['LG101']
+        >>> spec_violations(spec, lg.ServingLimits(max_rank=16), skip=("LG101",))
+        []
+    """
+    if limits is None:
+        limits = ServingLimits()
+    elif not isinstance(limits, ServingLimits):
+        raise TypeError(
+            f"spec_violations(limits=...) takes an lg.ServingLimits, got {type(limits).__name__}"
+        )
+    skipped = _names("spec_violations", "skip", skip, "('LG106',)") if skip else frozenset()
+    unknown = sorted(set(skipped or ()) - set(_CODES))
+    if unknown:
+        raise ValueError(
+            f"spec_violations(skip=...) got {unknown}; it takes codes of one adapter's checks: "
+            f"{', '.join(_CODES)}"
+        )
+    _positive_int("spec_violations", "vocab_size", vocab_size)
+    found = _check_spec(subject or f"adapter {spec.name!r}", spec, limits,
+                        vocab_size=vocab_size, module_dims=module_dims)
+    return [v for v in found if v.code not in (skipped or ())]
 
 
 def _as_list(paths_or_specs: PathOrSpec | Iterable[PathOrSpec]) -> list[PathOrSpec]:

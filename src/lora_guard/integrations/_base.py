@@ -1,4 +1,6 @@
-"""What every integration shares: post-import hooks, exact patching, version checks.
+"""What every integration shares: post-import hooks, exact patching, version checks, and
+the reading of an adapter folder a library is about to load (`local_adapter`; the checks
+themselves are the checker's, `lora_guard._check_adapters.spec_violations`).
 
 An `Integration` names the functions it guards (`Patch`: module, attribute path, the
 parameters it expects, and the wrapper). `instrument()` registers a wrapt post-import hook
@@ -14,33 +16,29 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-import json
 import os
 import re
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import wrapt
 
+from .._adapters import (
+    CONFIG_NAME,
+    AdapterSpec,
+    Malformed,
+    load_spec,
+    malformed_violation,
+    read_config,
+)
 from .._config import STATE
-from .._errors import Violation, make_violation
-from .._safetensors import HeaderError, TensorInfo, read_safetensors_header
+from .._errors import Violation
 
-__all__ = [
-    "Integration",
-    "IntegrationWarning",
-    "Patch",
-    "TensorInfo",
-    "adapter_files",
-    "adapter_violations",
-    "config_rank",
-    "lora_modules",
-    "read_adapter",
-]
+__all__ = ["Integration", "IntegrationWarning", "Patch", "local_adapter"]
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 _MISSING = object()
@@ -268,192 +266,38 @@ class Integration:
         return parent, attr
 
 
-# --- adapters on disk: config + safetensors header, never tensor data ----------------------
+# --- adapters on disk: read by the checker, for the library that loads them next ------------
 
-def adapter_files(path: str | os.PathLike[str]) -> tuple[str, str] | None:
-    """``(config, weights)`` of a local adapter folder, or None when it is not one."""
-    folder = os.fspath(path)
-    if not os.path.isdir(folder):
-        return None
-    config = os.path.join(folder, "adapter_config.json")
-    weights = os.path.join(folder, "adapter_model.safetensors")
-    return config, weights
-
-
-def _malformed(subject: str, file: str, problem: str) -> Violation:
-    return make_violation("LG108", "malformed", subject, file=os.path.basename(file),
-                          problem=problem)
-
-
-def _read_header(subject: str, file: str) -> tuple[dict[str, TensorInfo], list[Violation]]:
-    try:
-        tensors, _ = read_safetensors_header(file)
-    except HeaderError as exc:
-        return {}, [_malformed(subject, file, exc.problem)]
-    except OSError as exc:
-        return {}, [_malformed(subject, file, f"unreadable ({exc.strerror or exc})")]
-    return tensors, []
-
-
-def read_adapter(
-    path: str | os.PathLike[str], subject: str
-) -> tuple[dict[str, Any] | None, dict[str, TensorInfo] | None, list[Violation]]:
-    """Read a local adapter's config and safetensors header (never tensor data).
-
-    Returns ``(config, tensors, violations)``; ``tensors`` is None when the folder holds
-    no safetensors file (a pickle ``.bin`` is never opened), ``config`` None when unreadable.
-    """
-    files = adapter_files(path)
-    if files is None:
-        return None, None, []
-    config_file, weights_file = files
-    violations: list[Violation] = []
-    config: dict[str, Any] | None = None
-    try:
-        with open(config_file, encoding="utf-8") as fh:
-            loaded = json.load(fh)
-        if isinstance(loaded, dict):
-            config = loaded
-        else:
-            violations.append(_malformed(subject, config_file, "not a JSON object"))
-    except FileNotFoundError:
-        pass  # the library reports a missing config in its own words
-    except (OSError, ValueError) as exc:
-        violations.append(_malformed(subject, config_file, f"invalid JSON ({exc})"))
-    tensors: dict[str, TensorInfo] | None = None
-    if os.path.isfile(weights_file):
-        tensors, found = _read_header(subject, weights_file)
-        violations += found
-    return config, tensors, violations
-
-
-# --- the adapter checks integrations share -------------------------------------------------
-
-_LORA_KEY = re.compile(
-    r"^(?P<module>.+)\.(?P<kind>lora_A|lora_B|lora_embedding_A|lora_embedding_B)"
-    r"(?:\.[^.]+)?(?:\.weight)?$"
-)
-
-
-def lora_modules(
-    tensors: Mapping[str, TensorInfo], *, adapter_name: str | None = None
-) -> dict[str, dict[str, TensorInfo]]:
-    """Group LoRA tensors by module: ``{module: {"A": info, "B": info}}``.
-
-    ``adapter_name`` strips PEFT's in-memory ``.lora_A.<name>.weight`` segment.
-    """
-    modules: dict[str, dict[str, TensorInfo]] = {}
-    for key, info in tensors.items():
-        if adapter_name is not None:
-            key = key.replace(f".{adapter_name}.weight", ".weight")
-        match = _LORA_KEY.match(key)
-        if match is None:
-            continue
-        side = "A" if match.group("kind").endswith("A") else "B"
-        modules.setdefault(match.group("module"), {})[side] = info
-    return modules
-
-
-def _pattern_value(pattern: Mapping[str, Any], module: str) -> Any:
-    for key, value in pattern.items():
-        if re.match(rf"(.*\.)?({key})$", module):
-            return value
-    return None
-
-
-def config_rank(config: Mapping[str, Any], module: str) -> int | None:
-    """The rank the config gives ``module`` (``rank_pattern`` first, then ``r``)."""
-    pattern = config.get("rank_pattern") or {}
-    value = _pattern_value(pattern, module) if isinstance(pattern, Mapping) else None
-    if value is None:
-        value = config.get("r")
-    return value if isinstance(value, int) else None
-
-
-_FEATURES: tuple[tuple[str, Callable[[Any], bool]], ...] = (
-    ("use_dora", lambda v: bool(v)),
-    ("lora_bias", lambda v: bool(v)),
-    ("bias", lambda v: v not in (None, "none")),
-    ("modules_to_save", lambda v: bool(v)),
-    ("trainable_token_indices", lambda v: bool(v)),
-)
-
-
-def adapter_violations(
+def local_adapter(
+    path: Any,
     subject: str,
-    config: Mapping[str, Any] | None,
-    tensors: Mapping[str, TensorInfo] | None,
     *,
-    max_rank: int | None = None,
-    served_modules: Iterable[str] | None = None,
-    vocab_size: int | None = None,
-    features: bool = True,
-    grammar: bool = True,
-    config_ranks: bool = True,
-) -> list[Violation]:
-    """LG101-LG109 for one adapter read by `read_adapter`, against a server's limits.
+    lora_only: bool = False,
+    config_defaults: Mapping[str, Any] | None = None,
+) -> tuple[AdapterSpec | None, list[Violation]]:
+    """An adapter folder about to be loaded by a library, read as the checker reads it.
 
-    ``served_modules`` are module names matched on the last path component (as vLLM and
-    sglang do); ``features`` reports config features most servers do not serve (LG105);
-    ``grammar`` reports keys outside LoRA key grammar (LG104); ``config_ranks`` compares
-    tensor ranks with ``r`` / ``rank_pattern`` (LG102).
+    Returns ``(spec, violations)``: the `AdapterSpec` (config and safetensors header, never
+    tensor data) for `spec_violations`, or None with an LG108 when the folder cannot be read
+    safely. None and no violation where the library should speak for itself: a path that is
+    not a local folder (a Hub id), a folder without ``adapter_config.json``, or, with
+    ``lora_only``, a PEFT type other than LoRA. Weight files other than safetensors (a
+    pickle ``.bin`` the library opens itself) give a spec of the config alone.
+
+    Example:
+        >>> from lora_guard.integrations._base import local_adapter
+        >>> local_adapter("org/some-adapter-on-the-hub", "adapter 'a'")
+        (None, [])
     """
-    found: list[Violation] = []
-    config = config or {}
-    if features:
-        peft_type = config.get("peft_type")
-        if peft_type not in (None, "LORA"):
-            found.append(make_violation("LG105", "feature", subject, feature="peft_type",
-                                        value=peft_type))
-        for feature, used in _FEATURES:
-            if used(config.get(feature)):
-                found.append(make_violation("LG105", "feature", subject, feature=feature,
-                                            value=config.get(feature)))
-    if max_rank is not None:
-        ranks = {"r": config.get("r")}
-        pattern = config.get("rank_pattern") or {}
-        if isinstance(pattern, Mapping):
-            ranks.update({f"rank_pattern[{k!r}]": v for k, v in pattern.items()})
-        for where, rank in ranks.items():
-            if isinstance(rank, int) and rank > max_rank:
-                found.append(make_violation("LG101", "max", subject, rank=rank, module=where,
-                                            max_rank=max_rank))
-    if tensors is None:
-        return found
-    served = None if served_modules is None else set(served_modules)
-    for key, info in sorted(tensors.items()):
-        if 0 in info.shape:
-            found.append(make_violation("LG107", "empty", subject, key=key,
-                                        shape=info.shape))
-        if grammar and _LORA_KEY.match(key) is None and "lora_magnitude_vector" not in key:
-            found.append(make_violation("LG104", "grammar", subject, key=key))
-    for module, sides in sorted(lora_modules(tensors).items()):
-        if len(sides) == 1:
-            (present,) = sides
-            missing = "B" if present == "A" else "A"
-            found.append(make_violation("LG103", "orphan", subject, module=module,
-                                        present=f"lora_{present}", missing=f"lora_{missing}"))
-            continue
-        a, b = sides["A"], sides["B"]
-        if len(a.shape) == 2 and len(b.shape) == 2:
-            if a.shape[0] != b.shape[1]:
-                found.append(make_violation(
-                    "LG102", "a-b", subject, module=module, rank_a=a.shape[0],
-                    shape_a=a.shape, rank_b=b.shape[1], shape_b=b.shape))
-            else:
-                want = config_rank(config, module) if config_ranks else None
-                if want is not None and a.shape[0] != want and "experts" not in module:
-                    found.append(make_violation("LG102", "config", subject, module=module,
-                                                rank=a.shape[0], config_rank=want))
-        leaf = module.rsplit(".", 1)[-1]
-        if served is not None and leaf not in served and "experts" not in module:
-            found.append(make_violation(
-                "LG104", "module", subject, module=module.rsplit(".", 1)[-1],
-                target=module, served=", ".join(sorted(served))))
-    if vocab_size is not None:
-        for key, info in sorted(tensors.items()):
-            if "lora_embedding_A" in key and len(info.shape) == 2 and (
-                    info.shape[1] != vocab_size):
-                found.append(make_violation("LG109", "vocab", subject, key=key,
-                                            got=info.shape[1], expected=vocab_size))
-    return found
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
+        return None, []
+    if not os.path.lexists(os.path.join(path, CONFIG_NAME)):
+        return None, []
+    try:
+        if lora_only:
+            config, _ = read_config(path)
+            if config.get("peft_type", "LORA") != "LORA":
+                return None, []
+        return load_spec(path, require_weights=False, config_defaults=config_defaults), []
+    except Malformed as exc:
+        return None, [malformed_violation(subject, exc)]

@@ -3,10 +3,14 @@
 Guarded (PEFT >= 0.17):
 
 - ``PeftModel.load_adapter``: the adapter folder's config and safetensors header (never the
-  tensor data) before PEFT adds a single module: malformed files (LG108), A/B rank
-  disagreement or ranks that contradict ``r``/``rank_pattern`` (LG102), orphan halves (LG103),
-  zero-size tensors (LG107), weights whose in/out dims do not fit the model (LG109), and the
-  MoE layout against the adapters already on the model (LG002, one `LayoutRegistry` per model).
+  tensor data) go through the checker of ``lora-guard check``
+  (`lora_guard._check_adapters.spec_violations`) before PEFT adds a single module, with what
+  PEFT serves: every config feature allowed, LG109 against the live model's modules. So:
+  malformed files (LG108), A/B rank disagreement or ranks that contradict
+  ``r``/``rank_pattern`` (LG102), orphan halves (LG103), zero-size tensors (LG107), weights
+  whose in/out dims do not fit the model (LG109); then the MoE layout against the adapters
+  already on the model (LG002, one `LayoutRegistry` per model). Keys PEFT does not know and
+  dtypes are PEFT's (it warns, it casts).
 - ``PeftModel.add_adapter``: the MoE layout the config will create (LG002).
 - ``PeftModel.delete_adapter``: releases the adapter's layout.
 - ``peft.utils.hotswap.hotswap_adapter_from_state_dict`` (and so ``hotswap_adapter``, which
@@ -14,9 +18,10 @@ Guarded (PEFT >= 0.17):
   against the current (possibly padded) shape (LG109 for in/out dims, LG102 for A/B ranks
   that disagree), the configs that change the computed function (LG105), and on a model
   prepared with ``prepare_model_for_compiled_hotswap`` a rank above the padded rank (LG001).
-  A refused swap leaves the model's state dict bitwise unchanged. Problems PEFT itself refuses
-  before writing (unexpected keys, a merged adapter, another PEFT type) are left to PEFT, so
-  its errors and its callers' ``except`` clauses stay as they are.
+  A refused swap leaves the model's state dict bitwise unchanged. ``hotswap_adapter`` also
+  runs the checker on the folder first (LG108, LG107, LG002 within the adapter). Problems
+  PEFT itself refuses before writing (unexpected keys, a merged adapter, another PEFT type)
+  are left to PEFT, so its errors and its callers' ``except`` clauses stay as they are.
 
 Example:
     >>> from lora_guard.integrations import peft as peft_guard
@@ -32,11 +37,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._adapters import FEATURES, AdapterSpec
+from .._check_adapters import Expected, ServingLimits, spec_violations
 from .._checks import shape_of
 from .._config import report
 from .._errors import Violation, make_violation
 from .._layouts import LayoutRegistry
-from ._base import Integration, Patch, adapter_violations, lora_modules, read_adapter
+from ._base import Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "instrument", "layout_registry", "uninstrument"]
 
@@ -46,6 +53,19 @@ name = "peft"
 _REGISTRIES: weakref.WeakKeyDictionary[Any, LayoutRegistry] = weakref.WeakKeyDictionary()
 _IN_LOAD: contextvars.ContextVar[bool] = contextvars.ContextVar("lora_guard_peft_load",
                                                                  default=False)
+_PEFT_SERVES = ServingLimits(allow=frozenset(FEATURES))
+# What PEFT's LoraConfig fills in for a field the saved config leaves out: not malformed here.
+PEFT_CONFIG_DEFAULTS: Mapping[str, Any] = {"r": 8, "lora_alpha": 8, "target_modules": None}
+"""PEFT implements every config feature (DoRA, biases, modules_to_save, ...): no LG105."""
+_LOAD_SETTLED_BY_PEFT = ("LG104", "LG106", "LG002")
+"""Checks of the checker a load leaves out: keys PEFT does not know are PEFT's to warn
+about (LG104), PEFT copies weights into its own parameters' dtype (LG106), and the layout
+registry reports LG002, within the adapter and against the model's other adapters."""
+_SWAP_SETTLED_ELSEWHERE = ("LG102", "LG103", "LG104", "LG106")
+"""Checks of the checker a hot-swap from a folder leaves out: PEFT zero-fills a missing half
+on purpose (LG103) and refuses unexpected keys itself before writing (LG104); the swap guard
+compares A and B with the loaded, possibly padded, tensors (LG102: an adapter saved from a
+prepared model has tensors above its config's ``r``, legitimately); the swap casts (LG106)."""
 # Config keys that change what a swapped adapter computes (PEFT checks these in
 # hotswap_adapter, not in hotswap_adapter_from_state_dict). lora_dropout is left out: it
 # does nothing at inference.
@@ -58,6 +78,14 @@ def _bound(fn_params: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, 
         return kwargs[wanted]
     index = fn_params.index(wanted)
     return args[index] if index < len(args) else default
+
+
+def _folder(model_id: Any, kwargs: dict[str, Any]) -> Any:
+    """The folder PEFT reads an adapter from (``subfolder=`` inside ``model_id``)."""
+    subfolder = kwargs.get("subfolder")
+    if isinstance(model_id, (str, os.PathLike)) and isinstance(subfolder, str) and subfolder:
+        return os.path.join(model_id, subfolder)
+    return model_id
 
 
 def _peft_model(model: Any) -> Any:
@@ -106,30 +134,34 @@ def _base_layer(module: Any) -> Any:
     return module
 
 
-def _fit_violations(subject: str, model: Any, tensors: Mapping[str, Any]) -> list[Violation]:
-    """LG109: each LoRA weight's in/out dims against the model's module."""
-    found: list[Violation] = []
-    for module_path, sides in sorted(lora_modules(tensors).items()):
+def _module_dims(model: Any, spec: AdapterSpec) -> dict[str, tuple[Expected, Expected]]:
+    """Each adapter module's in/out dims on the live model, for the checker's LG109."""
+    dims: dict[str, tuple[Expected, Expected]] = {}
+    for path in spec.modules:
         try:
-            module = _base_layer(model.get_submodule(module_path))
+            module = _base_layer(model.get_submodule(f"base_model.model.{path}"))
         except AttributeError:
             continue  # PEFT reports targets that do not exist in its own words
-        in_dim = getattr(module, "in_features", None) or getattr(module, "num_embeddings",
-                                                                 None)
-        out_dim = getattr(module, "out_features", None) or getattr(module, "embedding_dim",
-                                                                   None)
-        checks = (("A", 1, "in", in_dim), ("B", 0, "out", out_dim))
-        for side, axis, which, expected in checks:
-            info = sides.get(side)
-            if info is None or expected is None or len(info.shape) != 2:
-                continue
-            if info.shape[axis] != expected:
-                found.append(make_violation(
-                    "LG109", "dim", subject, key=f"{module_path}.lora_{side}", which=which,
-                    got=info.shape[axis], module_kind=module_path.removeprefix(
-                        "base_model.model."), expected=expected,
-                    source=f"{type(module).__name__} {which}_features"))
-    return found
+        found = []
+        for names in (("in_features", "num_embeddings"), ("out_features", "embedding_dim")):
+            name = next((n for n in names if isinstance(getattr(module, n, None), int)), None)
+            value = getattr(module, name) if name else None
+            found.append((value, f"{type(module).__name__}.{name} {value}"))
+        if found[0][0] is not None or found[1][0] is not None:
+            dims[path] = (found[0], found[1])
+    return dims
+
+
+def _call_admitted(registry: LayoutRegistry, adapter_name: str, newly: bool,
+                   wrapped: Callable[..., Any], args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> Any:
+    """Call PEFT; when it fails, release the adapter this call admitted."""
+    try:
+        return wrapped(*args, **kwargs)
+    except BaseException:
+        if newly:
+            registry.release(adapter_name)
+        raise
 
 
 def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
@@ -141,26 +173,20 @@ def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
     registry = layout_registry(instance)
     was_admitted = adapter_name in registry
     newly = False
-    if model_id is not None and os.path.isdir(os.fspath(model_id)):
-        config, tensors, violations = read_adapter(model_id, subject)
-        if config is not None and config.get("peft_type", "LORA") == "LORA":
-            violations += adapter_violations(
-                subject, config, tensors, features=False, grammar=False,
-                config_ranks=not config.get("target_parameters"))
-            if tensors and not kwargs.get("ignore_mismatched_sizes") and not kwargs.get(
-                    "key_mapping"):
-                violations += _fit_violations(subject, instance, tensors)
-        report(violations)
-        if tensors and config is not None and config.get("peft_type", "LORA") == "LORA":
-            registry.admit(adapter_name, tensors)
-            newly = not was_admitted
+    spec, violations = local_adapter(_folder(model_id, kwargs), subject, lora_only=True,
+                                     config_defaults=PEFT_CONFIG_DEFAULTS)
+    if spec is not None:
+        renamed = kwargs.get("ignore_mismatched_sizes") or kwargs.get("key_mapping")
+        violations += spec_violations(
+            spec, _PEFT_SERVES, subject=subject, skip=_LOAD_SETTLED_BY_PEFT,
+            module_dims=None if renamed else _module_dims(instance, spec))
+    report(violations)
+    if spec is not None and spec.tensors:
+        registry.admit(adapter_name, spec.tensors)
+        newly = not was_admitted
     token = _IN_LOAD.set(True)
     try:
-        return wrapped(*args, **kwargs)
-    except BaseException:
-        if newly:
-            registry.release(adapter_name)
-        raise
+        return _call_admitted(registry, adapter_name, newly, wrapped, args, kwargs)
     finally:
         _IN_LOAD.reset(token)
 
@@ -194,12 +220,7 @@ def _add_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ..
     registry = layout_registry(instance)
     newly = adapter_name not in registry
     registry.admit(adapter_name, _predicted_weights(instance, config))
-    try:
-        return wrapped(*args, **kwargs)
-    except BaseException:
-        if newly:
-            registry.release(adapter_name)
-        raise
+    return _call_admitted(registry, adapter_name, newly, wrapped, args, kwargs)
 
 
 def _delete_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
@@ -328,16 +349,13 @@ def _hotswap_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any
     params = ("model", "model_name_or_path", "adapter_name")
     path = _bound(params, args, kwargs, "model_name_or_path")
     adapter_name = _bound(params, args, kwargs, "adapter_name")
-    if path is not None and os.path.isdir(os.fspath(path)):
-        subject = f"hot-swap of adapter {adapter_name!r}"
-        config, tensors, violations = read_adapter(path, subject)
-        # A missing half is legitimate here: PEFT zero-fills it (its own tests rely on it).
-        violations += [
-            v for v in adapter_violations(subject, config, tensors, features=False,
-                                          grammar=False, config_ranks=False)
-            if v.code == "LG102"
-        ]
-        report(violations)
+    subject = f"hot-swap of adapter {adapter_name!r}"
+    spec, violations = local_adapter(_folder(path, kwargs), subject, lora_only=True,
+                                     config_defaults=PEFT_CONFIG_DEFAULTS)
+    if spec is not None:
+        violations += spec_violations(spec, _PEFT_SERVES, subject=subject,
+                                      skip=_SWAP_SETTLED_ELSEWHERE)
+    report(violations)
     return wrapped(*args, **kwargs)
 
 

@@ -2,15 +2,22 @@
 
 Guarded (sglang >= 0.5, the module paths of ``sglang.srt``):
 
-- ``LoRAManager.validate_new_adapter``: ranks of ``r`` *and* ``rank_pattern`` against
-  ``--max-lora-rank`` (LG101; sglang compares ``r`` only) and config features sglang does
-  not serve (LG105: DoRA, ``lora_bias``, ``bias``, ``modules_to_save``, trainable tokens).
-- ``LoRAManager.load_lora_adapter``: the adapter's safetensors header before sglang reads a
-  tensor (LG102, LG103, LG107, LG108, LG109 vocab) and its MoE layout against the adapters
-  already loaded (LG002). sglang's loader turns every exception into
+- ``LoRAManager.load_lora_adapter``: before sglang reads a tensor, the adapter's config and
+  safetensors header go through the checker of ``lora-guard check``
+  (`lora_guard._check_adapters.spec_violations`) with the server's limits: ranks of ``r``,
+  ``rank_pattern`` and the tensors against ``--max-lora-rank`` (LG101; sglang compares
+  ``r`` only), weights for modules outside ``--lora-target-modules`` (LG104, fused
+  ``qkv_proj`` / ``gate_up_proj`` serving their parts) or outside LoRA key grammar (sglang
+  drops such weights silently), config features sglang does not serve (LG105: DoRA,
+  ``lora_bias``, ``bias``, ``modules_to_save``, trainable tokens, ...), LG102, LG103, LG107,
+  LG108, and an embedding's or lm_head's vocab against the base model's (LG109); not LG106,
+  since sglang casts every weight to its dtype. Then the adapter's MoE layout against the
+  adapters already loaded (LG002). sglang's loader turns every exception into
   ``LoRAUpdateOutput(success=False, error_message=str(e))``; the guard keeps that contract
   and puts its full message there (never an empty string). A failed load that leaves its
   config behind is reported as LG201.
+- ``LoRAManager.validate_new_adapter``: the same checks, for a caller that validates an
+  adapter outside ``load_lora_adapter`` (inside it, the load guard has checked already).
 - ``LoRAManager.init_state``: the MoE layouts of the start-up adapters (LG002), before any
   is loaded; ``unload_lora_adapter`` releases a layout.
 - ``LoRAMemoryPool.prepare_lora_batch``: a batch needing more adapters than slots (LG201,
@@ -32,19 +39,21 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import importlib
-import os
 import sys
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._adapters import AdapterSpec
+from .._check_adapters import ServingLimits, spec_violations
 from .._checks import check_cache_entry, check_slot_maps_violations
 from .._config import report
 from .._errors import LoRAGuardError, Violation, make_violation
 from .._layouts import LayoutRegistry
 from .._shapes import shapes
-from ._base import Integration, Patch, adapter_violations, read_adapter
+from ._base import Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "SET_LORA_INFO_DIMS", "instrument", "uninstrument"]
 
@@ -84,30 +93,49 @@ def _subject(lora_ref: Any) -> str:
 
 # --- LoRAManager -------------------------------------------------------------------------
 
+# sglang pools fused projections; an adapter may train their parts (or the reverse).
+_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+_SGLANG_SETTLES = ("LG106", "LG002")
+"""Codes of the checker not reported at load: sglang casts every weight to its dtype
+(LG106), and the layout guard reports LG002 against the pool as well as within an adapter."""
+_IN_LOAD: contextvars.ContextVar[Any] = contextvars.ContextVar("lora_guard_sglang_load",
+                                                                default=None)
+
+
+def _limits(manager: Any) -> ServingLimits:
+    """What this server serves (``--max-lora-rank``, ``--lora-target-modules``)."""
+    max_rank = getattr(manager, "max_lora_rank", None)
+    if not (isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0):
+        max_rank = None
+    targets = getattr(manager, "target_modules", None)
+    served: set[str] | None = None
+    if isinstance(targets, (set, frozenset, list, tuple)) and targets and all(
+            isinstance(t, str) and t for t in targets) and "all" not in targets:
+        served = set(targets)
+        for fused, parts in _FUSED.items():
+            if fused in served:
+                served.update(parts)
+    return ServingLimits(max_rank=max_rank,
+                         target_modules=None if served is None else frozenset(served))
+
+
+def _check(manager: Any, lora_ref: Any) -> tuple[list[Violation], AdapterSpec | None]:
+    """The checker's violations for the adapter ``lora_ref`` points at, and its spec."""
+    subject = _subject(lora_ref)
+    spec, violations = local_adapter(getattr(lora_ref, "lora_path", None), subject)
+    if spec is not None:
+        vocab = getattr(getattr(manager, "base_hf_config", None), "vocab_size", None)
+        violations += spec_violations(
+            spec, _limits(manager), subject=subject, skip=_SGLANG_SETTLES,
+            vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
+    return violations, spec
+
+
 def _validate_new_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                           kwargs: dict[str, Any]) -> Any:
-    lora_config = _arg(args, kwargs, 0, "lora_config")
-    lora_ref = _arg(args, kwargs, 1, "lora_ref")
-    config = getattr(lora_config, "hf_config", None)
-    if isinstance(config, Mapping):
-        max_rank = getattr(instance, "max_lora_rank", None)
-        report(adapter_violations(_subject(lora_ref), config, None,
-                                  max_rank=max_rank if isinstance(max_rank, int) else None))
+    if _IN_LOAD.get() is not instance:  # the load guard checked this adapter already
+        report(_check(instance, _arg(args, kwargs, 1, "lora_ref"))[0])
     return wrapped(*args, **kwargs)
-
-
-def _header_violations(manager: Any, lora_ref: Any) -> tuple[list[Violation], Any]:
-    path = getattr(lora_ref, "lora_path", None)
-    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
-        return [], None
-    subject = _subject(lora_ref)
-    config, tensors, violations = read_adapter(path, subject)
-    vocab = getattr(getattr(manager, "base_hf_config", None), "vocab_size", None)
-    violations += adapter_violations(
-        subject, config, tensors, features=False, grammar=False,
-        vocab_size=vocab if isinstance(vocab, int) else None,
-        config_ranks=not (config or {}).get("target_parameters"))
-    return violations, tensors
 
 
 def _failed(manager: Any, message: str) -> Any:
@@ -125,14 +153,18 @@ def _load_lora_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[A
     registry = _registry(instance)
     newly = False
     try:  # sglang's contract: a refused load is a result with the reason, never a raise
-        violations, tensors = _header_violations(instance, lora_ref)
+        violations, spec = _check(instance, lora_ref)
         report(violations)
-        if tensors and isinstance(lora_id, str):
+        if spec is not None and spec.tensors and isinstance(lora_id, str):
             newly = lora_id not in registry
-            registry.admit(lora_id, tensors)
+            registry.admit(lora_id, spec.tensors)
     except LoRAGuardError as error:
         return _failed(instance, str(error))
-    result = wrapped(*args, **kwargs)
+    token = _IN_LOAD.set(instance)
+    try:
+        result = wrapped(*args, **kwargs)
+    finally:
+        _IN_LOAD.reset(token)
     if getattr(result, "success", True) or not isinstance(lora_id, str):
         return result
     if newly:
@@ -167,10 +199,10 @@ def _init_state(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
     for lora_ref in refs:
         path = getattr(lora_ref, "lora_path", None)
         lora_id = getattr(lora_ref, "lora_id", None)
-        if isinstance(lora_id, str) and isinstance(path, (str, os.PathLike)):
-            _, tensors, _ = read_adapter(path, _subject(lora_ref))
-            if tensors:
-                registry.admit(lora_id, tensors)
+        if isinstance(lora_id, str):
+            spec, _ = local_adapter(path, _subject(lora_ref))  # the load reports the rest
+            if spec is not None and spec.tensors:
+                registry.admit(lora_id, spec.tensors)
     _REGISTRIES[instance] = registry
     return wrapped(*args, **kwargs)
 

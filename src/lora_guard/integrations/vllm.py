@@ -3,13 +3,15 @@
 Guarded (vLLM >= 0.11, ``vllm.lora.lora_model`` / ``model_manager`` / ``worker_manager``):
 
 - ``LoRAModel.from_local_checkpoint`` (the successor of ``vllm.lora.models``'): before a
-  tensor is read, the adapter's config and safetensors header against the engine: ranks of
-  ``r`` and ``rank_pattern`` above ``max_lora_rank`` (LG101), weights for modules the model
-  does not serve (LG104, compared with ``expected_lora_modules`` as vLLM does) or outside
-  LoRA key grammar, features vLLM does not serve (LG105: ``bias``, ``modules_to_save``, DoRA,
-  ``lora_bias``), an embedding A whose vocab is not the model's (LG109), A/B rank
-  disagreement (LG102), orphan halves (LG103), zero-size tensors (LG107), malformed files
-  (LG108). ``max_lora_rank`` comes from the ``WorkerLoRAManager._load_adapter`` that calls it.
+  tensor is read, the adapter's config and safetensors header go through the checker of
+  ``lora-guard check`` (`lora_guard._check_adapters.spec_violations`) with the engine's
+  limits: ``max_lora_rank`` (LG101, for ``r``, ``rank_pattern`` and the tensors),
+  ``expected_lora_modules`` (LG104, unless a ``weights_mapper`` renames the weights) and
+  ``model_vocab_size`` (LG109 for an embedding's A or lm_head's B). So vLLM also gets the
+  checker's LG102, LG103, LG104 key grammar, LG105 (every config feature vLLM does not
+  serve: DoRA, ``lora_bias``, ``bias``, ``modules_to_save``, ...), LG107, LG108 and LG002
+  within the adapter; not LG106, since vLLM casts every weight to its LoRA dtype.
+  ``max_lora_rank`` comes from the ``WorkerLoRAManager._load_adapter`` that calls it.
 - ``LoRAModelManager.activate_adapter`` (and so the LRU manager's): the slot table
   ``lora_index_to_id`` against the active adapters before and after activation (LG201), and
   an activation with no free slot (LG201) instead of a bare "No free lora slots".
@@ -24,13 +26,14 @@ from __future__ import annotations
 
 import contextvars
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .._check_adapters import ServingLimits, spec_violations
 from .._checks import check_slot_maps_violations
 from .._config import report
 from .._errors import Violation, make_violation
-from ._base import Integration, Patch, adapter_violations, read_adapter
+from ._base import Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "instrument", "slot_violations", "uninstrument"]
 
@@ -39,16 +42,28 @@ name = "vllm"
 
 _MAX_RANK: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "lora_guard_vllm_max_rank", default=None)
+_VLLM_SETTLES = ("LG106",)
+"""Codes of the checker vLLM settles by design: it casts every weight to its LoRA dtype."""
 
 
 def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> Any:
     max_rank = getattr(getattr(instance, "lora_config", None), "max_lora_rank", None)
-    token = _MAX_RANK.set(max_rank if isinstance(max_rank, int) else None)
+    usable = isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0
+    token = _MAX_RANK.set(max_rank if usable else None)
     try:
         return wrapped(*args, **kwargs)
     finally:
         _MAX_RANK.reset(token)
+
+
+def _limits(expected: Any, mapped: bool) -> ServingLimits:
+    """What this engine serves, as the checker takes it."""
+    max_rank = _MAX_RANK.get()
+    served = None
+    if not mapped and isinstance(expected, Iterable) and not isinstance(expected, str):
+        served = frozenset(m for m in expected if isinstance(m, str) and m) or None
+    return ServingLimits(max_rank=max_rank, target_modules=served)
 
 
 def _from_local_checkpoint(wrapped: Callable[..., Any], instance: Any,
@@ -58,14 +73,13 @@ def _from_local_checkpoint(wrapped: Callable[..., Any], instance: Any,
     vocab = kwargs.get("model_vocab_size")
     if isinstance(lora_dir, (str, os.PathLike)) and not kwargs.get("tensorizer_config_dict"):
         subject = f"adapter {os.path.basename(os.path.normpath(lora_dir))!r}"
-        config, tensors, violations = read_adapter(lora_dir, subject)
-        if config is not None:
-            violations += adapter_violations(
-                subject, config, tensors, max_rank=_MAX_RANK.get(),
-                served_modules=expected if expected is not None and not kwargs.get(
-                    "weights_mapper") else None,
-                vocab_size=vocab if isinstance(vocab, int) else None,
-                config_ranks=not config.get("target_parameters"))
+        spec, violations = local_adapter(lora_dir, subject)
+        if spec is not None:
+            # weights_mapper: the names on disk are not the served names
+            violations += spec_violations(
+                spec, _limits(expected, mapped=bool(kwargs.get("weights_mapper"))),
+                subject=subject, skip=_VLLM_SETTLES,
+                vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
         report(violations)
     return wrapped(*args, **kwargs)
 
