@@ -160,7 +160,7 @@ def test_a_failed_first_call_freezes_nothing() -> None:
 @pytest.mark.parametrize(
     ("weights", "fragment"),
     [
-        (sink_weights(outer=3, device="meta"), "fail the `where` predicate"),
+        (sink_weights(outer=3, device="meta"), "fail the guard's where= predicate"),
         (
             (torch.empty(4, 1, 33, 64, device="meta"), *sink_weights(device="meta")[1:]),
             "not a multiple of 2",

@@ -265,10 +265,15 @@ def write_adapter(
 
     Args:
         path: The folder to create (parents too); an existing folder is written into.
-        rank: ``r``. ``alpha``: ``lora_alpha`` (default: ``rank``).
+        rank: ``r``.
+        alpha: ``lora_alpha`` (default: ``rank``).
         targets: Module names among q/k/v/o_proj, gate/up/down_proj, embed_tokens, lm_head.
-        layers, hidden_size, intermediate_size, num_heads, num_kv_heads, vocab_size: The base
-            model's sizes (``intermediate_size`` is the experts' size when ``moe_layout`` is set).
+        layers: The base model's ``num_hidden_layers``.
+        hidden_size: The base model's hidden size.
+        intermediate_size: The MLP's size (the experts' size when ``moe_layout`` is set).
+        num_heads: Attention heads (``head_dim = hidden_size // num_heads``).
+        num_kv_heads: Key/value heads.
+        vocab_size: The vocabulary, for embedding and lm_head LoRA.
         dtype: ``"float16"``, ``"bfloat16"`` or ``"float32"``.
         moe_layout: None (dense), ``"per-expert"`` (``mlp.experts.<i>.gate_proj`` 2D),
             ``"packed"`` (``mlp.experts.gate_up_proj`` 3D, dim 0 = ``experts``),

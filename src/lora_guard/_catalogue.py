@@ -90,7 +90,7 @@ class Invariant:
             parts.append(f"**Example**\n\n```python\n{self.example.rstrip()}\n```")
         parts.append(
             "**What you see**\n\n"
-            + "\n".join(f"- `{text}`" for text in self.messages.values())
+            + "\n".join(f"- ``{text}``" for text in self.messages.values())
         )
         if self.raised_by:
             parts.append("**Reported by**: " + ", ".join(f"`{r}`" for r in self.raised_by))
@@ -146,8 +146,7 @@ _ENTRIES = (
         messages={
             "frozen": (
                 "{subject}: dim '{dim}' was frozen at {old} by the first call and is now {new} "
-                "(argument '{argument}' has shape {shape}); the call was refused before it ran, "
-                "so the pool is unchanged."
+                "(argument '{argument}' has shape {shape})."
             ),
             "expected": (
                 "{subject}: pool dim '{dim}' is {new}, but the server expects {old}."
@@ -321,7 +320,7 @@ _ENTRIES = (
                 "wants a tensor."
             ),
             "where": (
-                "{subject}: the bound dims {dims} fail the `where` predicate of the guard."
+                "{subject}: the bound dims {dims} fail the guard's where= predicate."
             ),
             "dtype": (
                 "{subject}: argument '{argument}' has dtype {got}, but the guard allows {expected}."

@@ -1,0 +1,228 @@
+"""MkDocs hook: pages generated from the package itself at build time.
+
+Two markers are replaced in a page's Markdown before it is rendered:
+
+- ``<!-- lora-guard: invariants -->`` becomes one section per code of ``lora_guard.INVARIANTS``,
+  each the text of ``Invariant.explain()`` (what ``lora-guard explain CODE`` prints), under a
+  heading anchored at the lower-case code (``#lg001``), which is what each entry's ``docs``
+  field points at.
+- ``<!-- lora-guard: api -->`` becomes the API reference: a mkdocstrings block for every name in
+  ``lora_guard.__all__``, grouped by topic; a name no group knows yet still gets its block
+  under "More", so a new public name can never be missing from the reference.
+- ``<!-- lora-guard: modules -->`` becomes a block per public submodule that exists
+  (``lora_guard.testing``, ``lora_guard.strategies``, the integrations).
+
+``tests/test_docs.py`` imports this module to check the rendered text.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+_SRC = Path(__file__).resolve().parents[2] / "src"
+
+INVARIANTS_MARKER = "<!-- lora-guard: invariants -->"
+API_MARKER = "<!-- lora-guard: api -->"
+MODULES_MARKER = "<!-- lora-guard: modules -->"
+
+# Topic -> (introduction, names). Names not (yet) in lora_guard.__all__ are skipped; names in
+# __all__ that no topic lists go under "More".
+API_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "Guarding pools: shapes frozen at first allocation",
+        "Declare each tensor argument's dims; freeze the pool's dims at the first call (LG001, "
+        "LG004).",
+        ("shapes", "frozen_dims", "unfreeze"),
+    ),
+    (
+        "Guarding adapter loads: one MoE layout per pool",
+        "Classify MoE adapters and keep one layout per pool (LG002).",
+        ("MoELayout", "detect_moe_layout", "LayoutRegistry", "guard_adapter_load"),
+    ),
+    (
+        "Guarding weight caches",
+        "Cache keys that cannot collide (LG003).",
+        ("GuardedCache", "guard_cache_lookup", "weight_cache_key"),
+    ),
+    (
+        "Predicates for custom servers",
+        "Each invariant as a plain function that returns a bool and raises nothing, plus the "
+        "slot-map check.",
+        (
+            "pool_shapes_stable",
+            "layouts_uniform",
+            "cache_entry_matches",
+            "shapes_conform",
+            "slot_maps_consistent",
+            "check_slot_maps",
+            "is_lora_guard_error",
+        ),
+    ),
+    (
+        "Adapters on disk",
+        "Read adapters from their headers only and check them against what a server serves "
+        "(LG101-LG110).",
+        (
+            "inspect_adapter",
+            "AdapterSpec",
+            "LoRAModuleSpec",
+            "TensorInfo",
+            "ServingLimits",
+            "check_adapters",
+            "Report",
+            "adapter_servable",
+        ),
+    ),
+    (
+        "Tensor-parallel ranks",
+        "Compare pool state across `torch.distributed` ranks (LG301).",
+        ("assert_rank_consistent", "rank_consistent", "rank_fingerprint"),
+    ),
+    (
+        "Modes and recording",
+        "How every guard reacts to a violation, and how to collect what was observed.",
+        ("configure", "get_mode", "recording", "Recording"),
+    ),
+    (
+        "Errors, warnings and violations",
+        "Every error is a `LoRAGuardError` and also the builtin class engines raise.",
+        (
+            "Violation",
+            "LoRAGuardError",
+            "PoolShapeDriftError",
+            "MixedMoELayoutError",
+            "CacheKeyCollisionError",
+            "ShapeContractError",
+            "AdapterError",
+            "RegistryError",
+            "RankDivergenceError",
+            "LoRAGuardWarning",
+        ),
+    ),
+    (
+        "The catalogue",
+        "The single source of every code's text; see the [invariants reference](invariants.md).",
+        ("INVARIANTS", "Invariant"),
+    ),
+)
+
+PUBLIC_MODULES: tuple[str, ...] = (
+    "lora_guard.testing",
+    "lora_guard.strategies",
+    "lora_guard.integrations",
+    "lora_guard.integrations.peft",
+    "lora_guard.integrations.sglang",
+    "lora_guard.integrations.vllm",
+)
+
+
+def _lora_guard() -> Any:
+    try:
+        return importlib.import_module("lora_guard")
+    except ImportError:  # building from a checkout without an installed package
+        sys.path.insert(0, str(_SRC))
+        return importlib.import_module("lora_guard")
+
+
+def render_invariants() -> str:
+    """Every invariant: a table of codes, then each code's `explain()` under its own anchor."""
+    lg = _lora_guard()
+    rows = [
+        "| code | slug | raised as | what it guards |",
+        "|---|---|---|---|",
+    ]
+    for inv in lg.INVARIANTS.values():
+        rows.append(
+            f"| [{inv.code}](#{inv.code.lower()}) | `{inv.slug}` | `{inv.error}` | {inv.title} |"
+        )
+    sections = ["\n".join(rows)]
+    for inv in lg.INVARIANTS.values():
+        text = inv.explain()
+        heading, _, rest = text.partition("\n")
+        if not heading.startswith("## "):
+            raise ValueError(f"{inv.code}: explain() must start with a '## ' heading")
+        sections.append(f"{heading} {{ #{inv.code.lower()} }}\n{rest}")
+    return "\n\n".join(sections) + "\n"
+
+
+def api_names() -> list[tuple[str, str, list[str]]]:
+    """The API reference's topics, each with the names of ``lora_guard.__all__`` it documents."""
+    public = list(_lora_guard().__all__)
+    placed: set[str] = set()
+    groups: list[tuple[str, str, list[str]]] = []
+    for title, intro, names in API_GROUPS:
+        present = [n for n in names if n in public]
+        placed.update(present)
+        if present:
+            groups.append((title, intro, present))
+    rest = [n for n in public if n not in placed]
+    if rest:
+        groups.append(("More", "Other public names.", rest))
+    return groups
+
+
+def render_api() -> str:
+    """A mkdocstrings block per public name, grouped by topic."""
+    parts = []
+    for title, intro, names in api_names():
+        parts.append(f"## {title}\n\n{intro}")
+        parts.extend(f"::: lora_guard.{name}" for name in names)
+    return "\n\n".join(parts) + "\n"
+
+
+def public_modules() -> list[str]:
+    """The public submodules that exist in this checkout."""
+    _lora_guard()
+    found = []
+    for name in PUBLIC_MODULES:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                found.append(name)
+        except ModuleNotFoundError:
+            continue
+    return found
+
+
+def render_modules() -> str:
+    """A mkdocstrings block per public submodule."""
+    modules = public_modules()
+    if not modules:
+        return "No public submodules yet.\n"
+    return "\n\n".join(
+        f"## `{name}`\n\n::: {name}\n    options:\n      show_root_heading: false"
+        for name in modules
+    ) + "\n"
+
+
+def render_markers(markdown: str) -> str:
+    """Replace every marker this hook knows in one page's Markdown."""
+    if INVARIANTS_MARKER in markdown:
+        markdown = markdown.replace(INVARIANTS_MARKER, render_invariants())
+    if API_MARKER in markdown:
+        markdown = markdown.replace(API_MARKER, render_api())
+    if MODULES_MARKER in markdown:
+        markdown = markdown.replace(MODULES_MARKER, render_modules())
+    return markdown
+
+
+def on_config(config: Any, **kwargs: Any) -> Any:
+    """MkDocs event: keep ``--strict`` strict under ``-q``.
+
+    ``mkdocs build --strict -q`` (what CI runs) raises the ``mkdocs`` logger to ERROR, so a
+    warning is never emitted and strict mode, which counts emitted warnings, passes a build
+    with broken links or docstrings. In strict mode, let warnings through again.
+    """
+    logger = logging.getLogger("mkdocs")
+    if config.get("strict") and logger.getEffectiveLevel() > logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    return config
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    """MkDocs event: render the markers of the page being built."""
+    return render_markers(markdown)
