@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any, Literal, TypeVar, cast
 
@@ -56,6 +57,9 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
             )
         super().__init__(store)
         self._self_on_collision = _check_on_collision(on_collision, "lora_guard.GuardedCache")
+        # Check-then-store must be one step: two threads storing different shapes under one
+        # key could both pass the check, and the key would silently change shape.
+        self._self_lock = threading.RLock()
 
     @property
     def on_collision(self) -> OnCollision:
@@ -84,10 +88,15 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
             report([violation])
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._admit(key, value)
-        self.__wrapped__[key] = value
+        with self._self_lock:
+            self._admit(key, value)
+            self.__wrapped__[key] = value
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
+        with self._self_lock:
+            return self._setdefault(key, default)
+
+    def _setdefault(self, key: Any, default: Any) -> Any:
         store = self.__wrapped__
         cached = store.get(key)
         if cached is None:
@@ -105,10 +114,11 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
                **kwargs: Any) -> None:
         items = list(other.items() if isinstance(other, Mapping) else other) + list(
             kwargs.items())
-        for key, value in items:  # all or nothing: check every entry before storing any
-            self._admit(key, value)
-        for key, value in items:
-            self.__wrapped__[key] = value
+        with self._self_lock:
+            for key, value in items:  # all or nothing: check every entry before storing any
+                self._admit(key, value)
+            for key, value in items:
+                self.__wrapped__[key] = value
 
     def __repr__(self) -> str:
         return f"GuardedCache({self.__wrapped__!r}, on_collision={self._self_on_collision!r})"
@@ -163,17 +173,31 @@ def guard_cache_lookup(
             if STATE.off:
                 return fn(*args, **kwargs)
             cache = get_store(args, kwargs)
-            if cache is not None:
-                cache_key = get_key(args, kwargs)
-                cached = cache.get(cache_key)
-                if cached is not None:
-                    violation = check_cache_entry(cache_key, cached, get_weight(args, kwargs))
-                    if violation is not None:
-                        if mode == "evict":
-                            cache.pop(cache_key, None)
-                        else:
-                            report([violation])
-            return fn(*args, **kwargs)
+            if cache is None:
+                return fn(*args, **kwargs)
+            cache_key = get_key(args, kwargs)
+            cached = cache.get(cache_key)
+            wanted = get_weight(args, kwargs)
+            if cached is not None:
+                violation = check_cache_entry(cache_key, cached, wanted)
+                if violation is not None:
+                    if mode == "evict":
+                        cache.pop(cache_key, None)
+                    else:
+                        report([violation])
+            result = fn(*args, **kwargs)
+            if result is cached or result is wanted or getattr(result, "shape", None) is None:
+                return result  # the usual hit (checked above), a pass-through, not a tensor
+            # Another thread may have stored another shape between the check and the body.
+            violation = check_cache_entry(cache_key, result, wanted)
+            if violation is None:
+                return result
+            if mode == "evict":
+                if cache.get(cache_key) is result:
+                    cache.pop(cache_key, None)
+                return fn(*args, **kwargs)
+            report([violation])
+            return result
 
         return cast(F, wrapper)
 

@@ -132,6 +132,19 @@ class LayoutRegistry:
             if not ids:
                 del self._by_layout[layout]
 
+    def _entry(self, adapter_id: str) -> tuple[bool, MoELayout | None]:
+        """Whether the adapter is admitted, and its layout: what `_restore` puts back."""
+        with self._lock:
+            return adapter_id in self._adapters, self._adapters.get(adapter_id)
+
+    def _restore(self, adapter_id: str, entry: tuple[bool, MoELayout | None]) -> None:
+        admitted, layout = entry
+        with self._lock:
+            if admitted:
+                self._record(adapter_id, layout)
+            else:
+                self._forget(adapter_id)
+
     def release(self, adapter_id: str) -> None:
         """Forget an adapter on unload; unknown ids are ignored (unload is idempotent)."""
         with self._lock:
@@ -189,13 +202,12 @@ def guard_adapter_load(
             if STATE.off:
                 return fn(*args, **kwargs)
             name = str(get_id(args, kwargs))
-            was_admitted = name in registry
+            previous = registry._entry(name)
             registry.admit(name, get_weights(args, kwargs))
             try:
                 return fn(*args, **kwargs)
             except BaseException:
-                if not was_admitted:
-                    registry.release(name)
+                registry._restore(name, previous)  # a failed reload keeps the old admission
                 raise
 
         return cast(F, wrapper)
