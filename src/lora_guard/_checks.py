@@ -7,6 +7,7 @@ nothing; the guards decide what to do with them according to the mode.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -33,7 +34,7 @@ def shape_of(obj: Any) -> tuple[int, ...] | None:
             return tuple(obj)
         return None
     try:
-        return tuple(int(d) for d in shape)
+        return tuple(map(int, shape))
     except (TypeError, ValueError):
         return None
 
@@ -117,26 +118,47 @@ def _outer_side(key: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _moe_role(key: str) -> str | None:
+    """What a weight's name alone says about the layout; adapters of one model share names,
+    so this is computed once per name, and admission costs a look-up and a shape per weight.
+
+    ``"indexed"`` (under ``experts.<i>.``), ``"outer"`` (gate/up A, down B), ``"inner"``
+    (gate/up B, down A), ``"flat"`` (PEFT target_parameters), ``"other"``, or None when the
+    key is not an MoE LoRA weight.
+    """
+    if "experts" not in key or not _LORA_KEY.search(key):
+        return None
+    if _INDEXED_EXPERT.search(key):
+        return "indexed"
+    if _outer_side(key) is not None:
+        return "outer"
+    if _known_projection(key):
+        return "inner"
+    return "flat" if _FLAT_EXPERTS.search(key) else "other"
+
+
 def classify_moe_weights(weights: Mapping[str, Any]) -> list[tuple[str, MoELayout]]:
     """Each MoE LoRA weight that decides a layout, with the layout it shows, in key order."""
     found: list[tuple[str, MoELayout]] = []
     for key in sorted(weights):
-        if "experts" not in key or not _LORA_KEY.search(key):
+        role = _moe_role(key)
+        if role is None:
             continue
-        if _INDEXED_EXPERT.search(key):
+        if role == "indexed":
             found.append((key, MoELayout.PER_EXPERT))
             continue
         shape = shape_of(weights[key])
         if shape is None:
             continue
         if len(shape) == 3:
-            if _outer_side(key) is not None:
+            if role == "outer":
                 layout = MoELayout.SHARED_OUTER if shape[0] == 1 else MoELayout.PER_EXPERT
                 found.append((key, layout))
-            elif shape[0] == 1 and not _known_projection(key):
+            elif shape[0] == 1 and role != "inner":
                 found.append((key, MoELayout.SHARED_OUTER))
             # Inner weights (gate_up B, down A) are per expert in both packed layouts.
-        elif len(shape) == 2 and _FLAT_EXPERTS.search(key):
+        elif len(shape) == 2 and role == "flat":
             found.append((key, MoELayout.FLAT))
     return found
 
