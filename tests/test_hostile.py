@@ -118,12 +118,7 @@ def bounded(fn: Callable[[], T], *, seconds: float = 120) -> tuple[T, Watch, flo
 
 # --- every case of the corpus ----------------------------------------------------------------
 
-KNOWN_BUGS = {
-    "huge-key": "the checker echoes a 1 MB tensor key into its message (issue 6 report)",
-    "symlinked-subfolder": "discovery follows a symlinked adapter folder out of the searched "
-                           "folder, though its comment says symlinked folders are not followed "
-                           "(issue 6 report)",
-}
+KNOWN_BUGS: dict[str, str] = {}  # case name -> reason, for a bug found and not yet fixed
 
 
 def _params() -> list[Any]:
@@ -223,8 +218,6 @@ _REDOS_CHECK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="rank_pattern keys are matched with re: a nested "
-                   "quantifier backtracks for ever (ReDoS); see the issue 6 report")
 def test_a_rank_pattern_that_backtracks_forever_is_refused_not_run(tmp_path: Path) -> None:
     """PEFT matches rank_pattern keys as regexes against module names; ``(.*)*x`` never
     matches a 31-character name and takes exponential time doing so. The re module holds the

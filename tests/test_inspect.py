@@ -197,10 +197,42 @@ def test_config_symlink_out_of_the_folder_is_refused(tmp_path: pathlib.Path) -> 
         lg.inspect_adapter(folder)
 
 
+def hf_cache_snapshot(cache: pathlib.Path, source: pathlib.Path) -> pathlib.Path:
+    """Lay an adapter out as huggingface_hub caches it: files in blobs/, linked from
+    snapshots/<revision>/ with relative symlinks."""
+    repo = cache / "models--org--math-lora"
+    snapshot = repo / "snapshots" / "3f2a9c"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for i, name in enumerate(("adapter_config.json", "adapter_model.safetensors")):
+        blob = repo / "blobs" / f"blob{i}"
+        blob.write_bytes((source / name).read_bytes())
+        (snapshot / name).symlink_to(pathlib.Path("..", "..", "blobs", blob.name))
+    return snapshot
+
+
+def test_an_adapter_in_the_hugging_face_cache_is_read(tmp_path: pathlib.Path) -> None:
+    snapshot = hf_cache_snapshot(tmp_path / "hub", write_adapter(tmp_path / "a", rank=16))
+    assert lg.inspect_adapter(snapshot).rank == 16
+    assert lg.check_adapters([snapshot]).ok
+
+
+def test_a_cache_snapshot_still_cannot_link_out_of_its_repository(
+    tmp_path: pathlib.Path,
+) -> None:
+    snapshot = hf_cache_snapshot(tmp_path / "hub", write_adapter(tmp_path / "a"))
+    (snapshot / "adapter_config.json").unlink()
+    (snapshot / "adapter_config.json").symlink_to(tmp_path / "a" / "adapter_config.json")
+    with pytest.raises(lg.AdapterError, match="path leads outside"):
+        lg.inspect_adapter(snapshot)
+
+
 @pytest.mark.parametrize(
     ("config", "words"),
     [
         ([1, 2], "not a JSON object"),
+        ({"r": 8, "lora_alpha": 8, "target_modules": ["q_proj"], "rank_pattern": {"(a+)+b": 4}},
+         "nests one repetition in another"),
         ({"lora_alpha": 8, "target_modules": ["q_proj"]}, "no 'r' field"),
         ({"r": "8", "lora_alpha": 8, "target_modules": ["q_proj"]}, "'r' is '8'"),
         ({"r": 8, "lora_alpha": 8, "target_modules": ["q_proj"], "rank_pattern": {"(": 4}},

@@ -8,6 +8,7 @@ vectors, ``lora_B.bias``, ``modules_to_save`` and saved embedding weights, train
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -206,6 +207,18 @@ def is_adapter_dir(path: pathlib.Path) -> bool:
 _ADAPTER_FILES = frozenset((CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES))
 
 
+def _link_root(folder: pathlib.Path) -> str:
+    """Where the files of ``folder`` may link to: the folder itself, or for a Hugging Face
+    cache snapshot (``models--org--name/snapshots/<revision>/``, whose files link to
+    ``../../blobs/``) the cached repository that holds it."""
+    real = os.path.realpath(folder)
+    parent = os.path.dirname(real)
+    if os.path.basename(parent) == "snapshots" and os.path.isdir(
+            os.path.join(os.path.dirname(parent), "blobs")):
+        return os.path.dirname(parent)
+    return real
+
+
 def _regular_file(folder: pathlib.Path, name: str) -> str | None:
     """The path of ``folder/name`` if it exists (None if not), refusing a symlink that leads
     out of the folder and anything but a regular file. One lstat when it is a plain file."""
@@ -217,7 +230,7 @@ def _regular_file(folder: pathlib.Path, name: str) -> str | None:
     except OSError as exc:
         raise Malformed(name, f"cannot be read ({exc.strerror or exc})") from None
     if stat.S_ISLNK(info.st_mode):
-        real_folder = os.path.realpath(folder)
+        real_folder = _link_root(folder)
         real = os.path.realpath(path)
         if os.path.commonpath([real_folder, real]) != real_folder:
             raise Malformed(name, f"path leads outside the adapter folder (symlink to "
@@ -288,6 +301,69 @@ def _read_config(
     return config, size
 
 
+_MAX_PATTERN_KEY = 512
+_MAX_PATTERN_REPEATS = 3
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+def _repeats(parsed: Any, inside_repeat: bool = False) -> tuple[int, bool]:
+    """(unbounded repeats, whether one is nested in another) of a parsed regex."""
+    count, nested = 0, False
+    for op, arg in parsed:
+        children: list[Any] = []
+        repeat = str(op) in ("MAX_REPEAT", "MIN_REPEAT") and arg[1] > 1
+        if repeat:
+            count += 1
+            nested = nested or inside_repeat
+            children = [arg[2]]
+        elif str(op) == "SUBPATTERN":
+            children = [arg[-1]]
+        elif str(op) == "BRANCH":
+            children = list(arg[1])
+        elif str(op) in ("ASSERT", "ASSERT_NOT"):
+            children = [arg[1]]
+        for child in children:
+            more, deeper = _repeats(child, inside_repeat or repeat)
+            count, nested = count + more, nested or deeper
+    return count, nested
+
+
+def _regex_problem(key: object) -> str | None:
+    """Why a rank_pattern/alpha_pattern key must not be matched, or None.
+
+    PEFT matches each key with ``re.match(rf"(.*\\.)?({key})$", module)``; Python's re
+    backtracks without limit and holds the GIL, so a key with nested repetition such as
+    ``(.*)*x`` would hang the checker (and the server). Keys are module names or suffixes in
+    practice: a few ``.*`` at most.
+    """
+    if not isinstance(key, str):
+        return "is not a string"
+    if len(key) > _MAX_PATTERN_KEY:
+        return f"is longer than {_MAX_PATTERN_KEY} characters"
+    try:
+        re.compile(key)
+        count, nested = _repeats(_regex_parser().parse(key))
+    except re.error as exc:
+        return f"is not a regex ({exc})"
+    if nested:
+        return ("nests one repetition in another, which can take exponential time to match; "
+                "use a module name or suffix such as 'q_proj' or 'layers\\.0\\..*'")
+    if count > _MAX_PATTERN_REPEATS:
+        return (f"repeats {count} times (at most {_MAX_PATTERN_REPEATS}), which can take "
+                "polynomial time of high degree to match; use a module name or suffix")
+    return None
+
+
+def _regex_parser() -> Any:
+    try:
+        return importlib.import_module("re._parser")  # Python >= 3.11
+    except ImportError:  # pragma: no cover - Python 3.10
+        return importlib.import_module("sre_parse")
+
+
 def _validate_config(config: Mapping[str, Any]) -> None:
     def bad(field_: str, want: str) -> Malformed:
         return Malformed(CONFIG_NAME, f"field {field_!r} is {config[field_]!r}, {want}")
@@ -318,11 +394,9 @@ def _validate_config(config: Mapping[str, Any]) -> None:
             if not ok:
                 want = "positive integer" if name == "rank_pattern" else "finite number"
                 raise Malformed(CONFIG_NAME, f"{name}[{key!r}] is {value!r}, not a {want}")
-            try:
-                re.compile(key)
-            except re.error as exc:
-                raise Malformed(CONFIG_NAME, f"{name} key {key!r} is not a regex ({exc})"
-                                ) from None
+            problem = _regex_problem(key)
+            if problem:
+                raise Malformed(CONFIG_NAME, f"{name} key {_clip(key)!r} {problem}")
     targets = config.get("target_modules")
     if targets is not None and not isinstance(targets, str) and not (
         isinstance(targets, list) and all(isinstance(t, str) for t in targets)

@@ -304,9 +304,14 @@ def _discover(item: PathOrSpec) -> list[tuple[str, AdapterSpec | pathlib.Path | 
         keep = []
         for d in dirs:
             child = here / d
-            if is_adapter_dir(child):
+            if child.is_symlink():
+                if is_adapter_dir(child):  # said, not read: it may lead anywhere
+                    found.append((str(child), Malformed(
+                        str(child), f"a symlinked folder (to {os.readlink(child)}) is not "
+                        "followed when a folder is searched; pass it explicitly to check it")))
+            elif is_adapter_dir(child):
                 found.append((str(child), child))
-            elif not child.is_symlink():
+            else:
                 keep.append(d)
         dirs[:] = keep
     if not found:

@@ -288,10 +288,21 @@ def _only_code(cls: type[LoRAGuardError]) -> str:
     return codes[0]
 
 
+_MAX_TEXT = 300
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _MAX_TEXT:
+        return text
+    return f"{text[:200]}...{text[-60:]} ({len(text):,} chars)"
+
+
 def make_violation(
     code: str, variant: str, subject: str, /, *, hint: str | None = None, **details: Any
 ) -> Violation:
     """Build a violation of ``code`` with the message template ``variant`` of its entry."""
     inv: Invariant = INVARIANTS[code]
-    message = inv.messages[variant].format(subject=subject, **details)
+    # Names come from files users upload: a 1 MB tensor key must not become a 1 MB message.
+    details = {k: _clip(v) if isinstance(v, str) else v for k, v in details.items()}
+    message = inv.messages[variant].format(subject=_clip(subject), **details)
     return Violation(code, message, hint or inv.hint_for(variant), subject, details)
