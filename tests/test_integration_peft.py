@@ -59,15 +59,6 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(autouse=True)
-def raise_mode():
-    """These tests assert what raise mode does, whatever mode an earlier test left behind."""
-    previous = lg.get_mode()
-    lg.configure(mode="raise")
-    yield
-    lg.configure(mode=previous)
-
-
-@pytest.fixture(autouse=True)
 def instrumented():
     peft_guard.instrument()
     yield

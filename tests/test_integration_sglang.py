@@ -31,15 +31,6 @@ HIDDEN, LAYERS, VOCAB = 32, 2, 64
 BASE = types.SimpleNamespace(hidden_size=HIDDEN, num_hidden_layers=LAYERS, vocab_size=VOCAB)
 
 
-@pytest.fixture(autouse=True)
-def raise_mode():
-    """These tests assert what raise mode does, whatever mode an earlier test left behind."""
-    previous = lg.get_mode()
-    lg.configure(mode="raise")
-    yield
-    lg.configure(mode=previous)
-
-
 def _forget_sglang() -> None:
     for module in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
         del sys.modules[module]

@@ -20,15 +20,6 @@ HIDDEN, VOCAB = 32, 64
 SERVED = ("q_proj", "v_proj")
 
 
-@pytest.fixture(autouse=True)
-def raise_mode():
-    """These tests assert what raise mode does, whatever mode an earlier test left behind."""
-    previous = lg.get_mode()
-    lg.configure(mode="raise")
-    yield
-    lg.configure(mode=previous)
-
-
 def _forget_vllm() -> None:
     for module in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
         del sys.modules[module]

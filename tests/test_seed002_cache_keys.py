@@ -12,6 +12,18 @@ import torch
 import lora_guard as lg
 
 
+def get_or_pin(
+    self: LoRAMemoryPool, pinned_weight_store: dict[str, torch.Tensor], cache_key: str,
+    weight: torch.Tensor,
+) -> torch.Tensor:
+    """The engine's body: get, or pin and store. Its own check would come too late."""
+    cached = pinned_weight_store.get(cache_key)
+    if cached is None:
+        cached = self._pin(weight)
+        pinned_weight_store[cache_key] = cached
+    return cached
+
+
 class LoRAMemoryPool:
     def __init__(self) -> None:
         self.pinned_weight_store: dict[str, torch.Tensor] = {}
@@ -21,15 +33,8 @@ class LoRAMemoryPool:
         self.pins += 1
         return weight.clone()
 
-    @lg.guard_cache_lookup(store="pinned_weight_store", key="cache_key", weight="weight")
-    def _get_maybe_cached_weight_for_transfer(
-        self, pinned_weight_store: dict[str, torch.Tensor], cache_key: str, weight: torch.Tensor
-    ) -> torch.Tensor:
-        cached = pinned_weight_store.get(cache_key)
-        if cached is None:
-            cached = self._pin(weight)
-            pinned_weight_store[cache_key] = cached
-        return cached  # the engine's own check would come too late, or not at all
+    _get_maybe_cached_weight_for_transfer = lg.guard_cache_lookup(
+        store="pinned_weight_store", key="cache_key", weight="weight")(get_or_pin)
 
     def load_lora_weight_to_buffer(self, name: str, weight: torch.Tensor) -> torch.Tensor:
         key = f"{name}#tp0"  # the key scheme the seed shows: name plus suffixes, no shape
@@ -37,16 +42,9 @@ class LoRAMemoryPool:
 
 
 class EvictingPool(LoRAMemoryPool):
-    @lg.guard_cache_lookup(store="pinned_weight_store", key="cache_key", weight="weight",
-                           on_collision="evict")
-    def _get_maybe_cached_weight_for_transfer(
-        self, pinned_weight_store: dict[str, torch.Tensor], cache_key: str, weight: torch.Tensor
-    ) -> torch.Tensor:
-        cached = pinned_weight_store.get(cache_key)
-        if cached is None:
-            cached = self._pin(weight)
-            pinned_weight_store[cache_key] = cached
-        return cached
+    _get_maybe_cached_weight_for_transfer = lg.guard_cache_lookup(
+        store="pinned_weight_store", key="cache_key", weight="weight",
+        on_collision="evict")(get_or_pin)
 
 
 NAME = "layers.0.self_attn.qkv_proj.lora_A"
