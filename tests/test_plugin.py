@@ -470,8 +470,8 @@ def test_instrument_without_the_integration_is_a_usage_error_naming_it(
     result = suite.runpytest("--lora-guard", "--lora-guard-instrument=vllm")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        "*--lora-guard-instrument=vllm: cannot import lora_guard.integrations.vllm*"
-        "no vllm integration*",
+        "*--lora-guard-instrument=vllm: cannot import the vllm integration*"
+        "no working vllm integration*",
     ])
     assert (lg.get_mode(), _config.STATE.sinks) == before
 
@@ -484,6 +484,7 @@ def test_instrument_instruments_for_the_session_and_undoes_it(
     fake.calls = calls  # type: ignore[attr-defined]
     fake.instrument = lambda: calls.append("instrument")  # type: ignore[attr-defined]
     fake.uninstrument = lambda: calls.append("uninstrument")  # type: ignore[attr-defined]
+    fake.INTEGRATION = fake  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "lora_guard.integrations.sglang", fake)
     suite.makepyfile(test_calls="""
         import sys
@@ -494,6 +495,34 @@ def test_instrument_instruments_for_the_session_and_undoes_it(
     result = suite.runpytest("--lora-guard-instrument=sglang")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["lora_guard: instrumented: sglang"])
+    assert calls == ["instrument", "uninstrument"]
+
+
+def test_a_third_party_integration_from_its_entry_point_is_instrumented(
+    suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package that registers under the entry-point group ``lora_guard.integrations``
+    (say, for its own LoRA server) is instrumented by name like the built-in ones."""
+    import importlib.metadata
+
+    from lora_guard import integrations
+
+    calls: list[str] = []
+    plugin_module = types.ModuleType("myserver_lora_guard")
+    plugin_module.integration = types.SimpleNamespace(  # type: ignore[attr-defined]
+        instrument=lambda: calls.append("instrument"),
+        uninstrument=lambda: calls.append("uninstrument"))
+    monkeypatch.setitem(sys.modules, "myserver_lora_guard", plugin_module)
+    entry_point = importlib.metadata.EntryPoint(
+        name="myserver", value="myserver_lora_guard:integration",
+        group=integrations.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(integrations, "_entry_points", lambda: {"myserver": entry_point})
+    suite.makepyfile(test_calls="""
+        def test_runs():
+            pass
+    """)
+    result = suite.runpytest("--lora-guard-instrument=myserver")
+    result.assert_outcomes(passed=1)
     assert calls == ["instrument", "uninstrument"]
 
 

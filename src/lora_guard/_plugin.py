@@ -14,7 +14,6 @@ session summary.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 from collections.abc import Generator, Iterable
@@ -28,9 +27,8 @@ from ._catalogue import INVARIANTS
 from ._config import Mode, Recording, add_sink, configure, get_mode, remove_sink
 from ._errors import Violation
 
-__all__ = ["KNOWN_LIBRARIES", "REPORT_ATTRIBUTE", "LoRAGuardPlugin", "install"]
+__all__ = ["REPORT_ATTRIBUTE", "LoRAGuardPlugin", "install"]
 
-KNOWN_LIBRARIES = ("peft", "sglang", "vllm")
 REPORT_ATTRIBUTE = "lora_guard_violations"
 PLUGIN_NAME = "lora_guard_session"
 _OUTSIDE = "<outside any test>"
@@ -83,38 +81,38 @@ _MARKS_KEY = pytest.StashKey[tuple[frozenset[str], frozenset[str]]]()
 
 def _parse_instrument(value: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
-    unknown = [n for n in names if n not in KNOWN_LIBRARIES]
+    if not names:
+        return ()
+    from . import integrations  # light: imports no guarded library
+
+    known = integrations.available()  # built in, and third parties' entry points
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise pytest.UsageError(
             f"--lora-guard-instrument: unknown {', '.join(map(repr, unknown))}; "
-            f"known libraries: {', '.join(KNOWN_LIBRARIES)} (comma-separated, e.g. "
+            f"known libraries: {', '.join(known)} (comma-separated, e.g. "
             "--lora-guard-instrument=peft,vllm)"
         )
     return names
 
 
 def _load_integrations(names: Iterable[str]) -> list[tuple[str, _Instrumentable]]:
-    modules: list[tuple[str, _Instrumentable]] = []
+    from . import integrations
+
+    loaded: list[tuple[str, _Instrumentable]] = []
     for name in names:
-        qualified = f"lora_guard.integrations.{name}"
         try:
-            module = importlib.import_module(qualified)
+            integration = integrations.get(name)
         except ImportError as exc:
-            missing = isinstance(exc, ModuleNotFoundError) and exc.name in (qualified, None)
-            why = (f"this lora_guard install has no {name} integration" if missing
-                   else "the integration failed to import")
             raise pytest.UsageError(
-                f"--lora-guard-instrument={name}: cannot import {qualified} ({exc}); {why}: "
+                f"--lora-guard-instrument={name}: cannot import the {name} integration "
+                f"({exc}); this lora_guard install has no working {name} integration: "
                 f"upgrade lora_guard or drop {name!r} from the option."
             ) from exc
-        if not (callable(getattr(module, "instrument", None))
-                and callable(getattr(module, "uninstrument", None))):
-            raise pytest.UsageError(
-                f"--lora-guard-instrument={name}: {qualified} has no instrument()/"
-                "uninstrument(); upgrade lora_guard."
-            )
-        modules.append((name, cast(_Instrumentable, module)))
-    return modules
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise pytest.UsageError(f"--lora-guard-instrument={name}: {exc}") from exc
+        loaded.append((name, cast(_Instrumentable, integration)))
+    return loaded
 
 
 def _marker_codes(item: pytest.Item) -> tuple[frozenset[str], frozenset[str]]:
