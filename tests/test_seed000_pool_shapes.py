@@ -157,6 +157,42 @@ def test_a_failed_first_call_freezes_nothing() -> None:
     assert lg.frozen_dims(sink) == {}
 
 
+def test_a_failed_first_call_keeps_dims_a_concurrent_call_allocated_with() -> None:
+    """Two threads make the first call at once: one fails mid-allocation, the other
+    allocates the pool. The dims stay frozen: the pool that exists was built with them."""
+    import threading
+
+    first_inside, second_done = threading.Event(), threading.Event()
+
+    class RacingSink:
+        allocated: tuple[int, ...] | None = None
+
+        @lg.shapes(a="slots rank", frozen=("slots", "rank"))
+        def set_lora_info(self, a: torch.Tensor, *, fail: bool = False) -> None:
+            if fail:
+                first_inside.set()
+                second_done.wait(timeout=10)
+                raise MemoryError("allocation failed")
+            self.allocated = tuple(a.shape)
+
+    sink = RacingSink()
+
+    def failing() -> None:
+        with pytest.raises(MemoryError):
+            sink.set_lora_info(torch.empty(4, 16, device="meta"), fail=True)
+
+    thread = threading.Thread(target=failing)
+    thread.start()
+    assert first_inside.wait(timeout=10)
+    sink.set_lora_info(torch.empty(4, 16, device="meta"))  # succeeds while the first fails
+    second_done.set()
+    thread.join(timeout=10)
+    assert sink.allocated == (4, 16)
+    assert lg.frozen_dims(sink) == {"slots": 4, "rank": 16}
+    with pytest.raises(lg.PoolShapeDriftError):
+        sink.set_lora_info(torch.empty(4, 8, device="meta"))
+
+
 @pytest.mark.parametrize(
     ("weights", "fragment"),
     [

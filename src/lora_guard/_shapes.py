@@ -34,7 +34,7 @@ _UNWEAKREFABLE_STORES: dict[int, tuple[Any, _FrozenStore]] = {}
 class _FrozenStore:
     """The dims frozen on one owner (instance, class, or plain function)."""
 
-    __slots__ = ("__weakref__", "calls", "dims", "origin")
+    __slots__ = ("__weakref__", "calls", "confirmed", "dims", "origin")
 
     def __init__(self) -> None:
         self.dims: dict[str, int] = {}
@@ -43,12 +43,16 @@ class _FrozenStore:
         # path. On instances and classes those tuples live in the owner's own __dict__ (one
         # dict lookup per call); ``calls`` then only remembers which keys were set there.
         self.calls: dict[str, tuple[int, ...]] = {}
+        # Dims some call's body has run with: a failed first call no longer releases them.
+        self.confirmed: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"dims": self.dims, "origin": self.origin, "calls": self.calls}
+        return {"dims": self.dims, "origin": self.origin, "calls": self.calls,
+                "confirmed": self.confirmed}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.dims, self.origin, self.calls = state["dims"], state["origin"], state["calls"]
+        self.confirmed = state.get("confirmed", set(self.dims))
 
 
 def _store_of(owner: Any, *, create: bool) -> _FrozenStore | None:
@@ -126,6 +130,7 @@ def unfreeze(obj: object, *dims: str) -> None:
         for dim in dims or tuple(store.dims):
             store.dims.pop(dim, None)
             store.origin.pop(dim, None)
+            store.confirmed.discard(dim)
         _drop_fast_entries(obj, store)
 
 
@@ -228,24 +233,30 @@ class _ShapeGuard:
                 newly = {d: dims[d] for d in self.frozen if d in dims and d not in store.dims}
                 store.dims.update(newly)
                 store.origin.update(dict.fromkeys(newly, self.subject))
-                if all(d in dims for d in self.frozen):
-                    _set_fast_entry(None if owner is self else owner, store, self.fast_key,
-                                    tuple(dims[d] for d in self.frozen))
         if drift:
             report(drift)  # refused before the body ran: the owner's state is untouched
             return self.fn(*args, **kwargs)
         try:
-            return self.fn(*args, **kwargs)
+            result = self.fn(*args, **kwargs)
         except BaseException:
-            if newly:  # the first call failed: nothing was allocated, so freeze nothing
+            if newly:  # the first call failed: nothing was allocated, so freeze nothing...
                 with _LOCK:
                     for dim, value in newly.items():
-                        if store.dims.get(dim) == value:
+                        # ...unless a concurrent call with these dims has succeeded since.
+                        if dim not in store.confirmed and store.dims.get(dim) == value:
                             del store.dims[dim]
                             store.origin.pop(dim, None)
-                    _drop_fast_entries(None if owner is self else owner, store,
-                                       self.fast_key)
             raise
+        # Only a call whose body succeeded opens the fast path: until then every call comes
+        # here, so a failed first call can still be undone.
+        with _LOCK:
+            bound_frozen = [d for d in self.frozen if d in dims]
+            if all(store.dims.get(d) == dims[d] for d in bound_frozen):
+                store.confirmed.update(bound_frozen)
+                if len(bound_frozen) == len(self.frozen):
+                    _set_fast_entry(None if owner is self else owner, store, self.fast_key,
+                                    tuple(dims[d] for d in self.frozen))
+        return result
 
 
 def _dim_order(specs: Mapping[str, DimSpec]) -> list[tuple[str, int]]:
