@@ -240,6 +240,36 @@ def test_base_config_can_be_a_folder_or_a_dict(zoo: dict[str, pathlib.Path]) -> 
     assert from_folder.base.hidden_size == from_dict.base.hidden_size == 64
 
 
+def test_a_multimodal_adapter_is_checked_against_its_language_model_only(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A LoRA on a vision-language model also adapts the vision tower, whose dims live in
+    vision_config: only the language model's modules are compared with text_config."""
+    torch = pytest.importorskip("torch")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    folder = tmp_path / "vlm-lora"
+    folder.mkdir()
+    lm = "base_model.model.model.language_model.layers.0.self_attn.q_proj"
+    vision = "base_model.model.model.vision_tower.encoder.layers.5.self_attn.q_proj"
+    tensors = {
+        f"{lm}.lora_A.weight": torch.zeros(8, 64), f"{lm}.lora_B.weight": torch.zeros(64, 8),
+        f"{vision}.lora_A.weight": torch.zeros(8, 48),
+        f"{vision}.lora_B.weight": torch.zeros(48, 8),
+    }
+    safetensors_torch.save_file(tensors, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}))
+    base = {"model_type": "vlm", "text_config": TINY_LLAMA,
+            "vision_config": {"hidden_size": 48, "num_hidden_layers": 12}}
+
+    assert lg.check_adapters([folder], lg.ServingLimits(base_config=base)).ok
+
+    narrower = {**base, "text_config": {**TINY_LLAMA, "hidden_size": 32}}
+    report = lg.check_adapters([folder], lg.ServingLimits(base_config=narrower))
+    assert report.violations and {v.code for v in report.violations} == {"LG109"}
+    assert all("language_model" in v.message for v in report.violations)
+
+
 def test_report_json_schema(tmp_path: pathlib.Path) -> None:
     write_adapter(tmp_path / "ok")
     write_adapter(tmp_path / "dora", defects=("dora",))

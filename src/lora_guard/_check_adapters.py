@@ -373,9 +373,16 @@ def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
                     {"rank": rank, "config_rank": expected})
 
 
+# Towers of a multimodal model have their own dims (vision_config, audio_config) that the
+# language model's config does not give: their modules are not compared with it.
+_OTHER_TOWERS = ("vision", "visual", "image", "audio", "multi_modal", "mm_projector")
+
+
 def _check_base(subject: str, module: LoRAModuleSpec, base: BaseModelDims,
                 grouped: _Grouped) -> None:
     key = module.a_key or module.b_key or module.module
+    if any(tower in module.module for tower in _OTHER_TOWERS):
+        return
     if module.layer is not None and base.num_layers is not None and (
             module.layer >= base.num_layers):
         grouped.add(("LG109", "layer", module.layer), key,
