@@ -37,6 +37,7 @@ __all__ = [
     "is_adapter_dir",
     "load_spec",
     "malformed_violation",
+    "parameter_key",
     "pattern_value",
     "read_config",
 ]
@@ -502,15 +503,46 @@ def _classify_other(key: str, config: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _flat_targets(config: Mapping[str, Any]) -> list[str]:
-    """Targeted parameter names, innermost wrapper first.
+def _flat_targets(config: Mapping[str, Any], module: str = "") -> list[str]:
+    """Targeted parameter names of a module, innermost wrapper first.
 
     PEFT stores ``target_parameters`` sorted, but nests one wrapper per parameter in the
     module's registration order, which is gate/up before down in every MoE block in
-    transformers; so gate/up-like names come first.
+    transformers; so gate/up-like names come first. A name qualified with a module path
+    (``mlp.experts.down_proj``) counts only for a module it names (PEFT's suffix rule: the
+    router's ``gate.weight`` is not a parameter of ``mlp.experts``), and a parameter listed
+    both bare and qualified (as PEFT writes after converting a transformers v4 MoE config)
+    counts once.
     """
-    names = [p.rsplit(".", 1)[-1] for p in config.get("target_parameters") or []]
+    names: list[str] = []
+    for entry in config.get("target_parameters") or []:
+        if not isinstance(entry, str) or not entry:
+            continue
+        name = entry.rsplit(".", 1)[-1]
+        if module and "." in entry and not (
+            f"{module}.{name}" == entry or f"{module}.{name}".endswith("." + entry)):
+            continue
+        if name not in names:
+            names.append(name)
     return sorted(names, key=lambda n: not any(t in n for t in ("gate", "up", "w1", "w3")))
+
+
+def parameter_key(module: str, target: str, kind: str) -> str:
+    """The name PEFT matches ``rank_pattern`` against: the module path, or for a wrapped
+    parameter (``target_parameters``) the unwrapped module path and the parameter name.
+
+    Example:
+        >>> from lora_guard._adapters import parameter_key
+        >>> parameter_key("model.layers.0.mlp.experts.base_layer", "gate_up_proj", "moe-flat")
+        'model.layers.0.mlp.experts.gate_up_proj'
+        >>> parameter_key("model.layers.0.self_attn.q_proj", "q_proj", "linear")
+        'model.layers.0.self_attn.q_proj'
+    """
+    if kind != "moe-flat":
+        return module
+    while module.endswith(".base_layer"):
+        module = module[: -len(".base_layer")]
+    return f"{module}.{target}"
 
 
 def _target_of(module: str, config: Mapping[str, Any]) -> tuple[str, str, int | None]:
@@ -524,7 +556,7 @@ def _target_of(module: str, config: Mapping[str, Any]) -> tuple[str, str, int | 
         stripped = stripped[: -len(".base_layer")]
         depth += 1
     if _leaf(stripped) == "experts" or (config.get("target_parameters") and depth):
-        names = _flat_targets(config)
+        names = _flat_targets(config, stripped)
         if names and depth < len(names):
             return names[len(names) - 1 - depth], "moe-flat", None
         return _leaf(stripped), "moe-flat", None
@@ -568,7 +600,8 @@ def _module_record(
     elif b_shape and len(b_shape) >= 2:  # linear (out, r); conv (out, r, *kernel)
         rank = b_shape[1]
     if kind == "moe-flat" and rank:
-        r = pattern_value(config.get("rank_pattern") or {}, module) or config.get("r")
+        r = (pattern_value(config.get("rank_pattern") or {}, parameter_key(module, target, kind))
+             or config.get("r"))
         if isinstance(r, int) and r > 0 and rank % r == 0:
             experts = rank // r
             rank = r

@@ -45,6 +45,7 @@ class BaseModelDims:
     num_experts: int | None = None
     moe_intermediate_size: int | None = None
     shared_expert_intermediate_size: int | None = None
+    intermediate_source: str = "intermediate_size"
     source: str = "config.json"
 
     @classmethod
@@ -69,6 +70,9 @@ class BaseModelDims:
         if head_dim is None and heads and hidden % heads == 0:
             head_dim = hidden // heads
         intermediate = _int(config, "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
+        inner_source = "intermediate_size"
+        if intermediate is None and "n_embd" in config:  # GPT-2 style: n_inner null is 4 x n_embd
+            intermediate, inner_source = 4 * hidden, f"4 x n_embd {hidden} ="
         experts = _int(config, "num_experts", "num_local_experts", "n_routed_experts",
                        "moe_num_experts")
         moe_intermediate = _int(config, "moe_intermediate_size", "expert_intermediate_size")
@@ -87,6 +91,7 @@ class BaseModelDims:
             num_experts=experts,
             moe_intermediate_size=moe_intermediate or (intermediate if experts else None),
             shared_expert_intermediate_size=shared,
+            intermediate_source=inner_source,
             source=source,
         )
 
@@ -117,7 +122,7 @@ class BaseModelDims:
         name = ("moe_intermediate_size" if moe else
                 "shared_expert_intermediate_size"
                 if size is not None and size == self.shared_expert_intermediate_size
-                and size != self.intermediate_size else "intermediate_size")
+                and size != self.intermediate_size else self.intermediate_source)
         inter: tuple[int | None, str] = (size, f"{name} {size}")
         gate_up: tuple[int | None, str] = (
             (2 * size, f"2 x {name} {size}") if size else (None, ""))
@@ -131,7 +136,12 @@ class BaseModelDims:
             "gate_proj": (h, inter), "up_proj": (h, inter), "w1": (h, inter), "w3": (h, inter),
             "gate_up_proj": (h, gate_up), "down_proj": (inter, h), "w2": (inter, h),
             "lm_head": (h, vocab), "embed_tokens": (vocab, h),
+            # GPT-2 style Conv1D blocks: fused c_attn, c_fc, and c_proj in attention and MLP
+            "c_attn": (h, qkv), "c_fc": (h, inter),
+            "c_proj": (inter, h) if ".mlp." in module + "." else (q, h),
         }
+        if self.num_experts and target == "gate":  # the router of an MoE block
+            table["gate"] = (h, (self.num_experts, f"num_experts {self.num_experts}"))
         unknown: tuple[int | None, str] = (None, "")
         return table.get(target, (unknown, unknown))
 

@@ -17,6 +17,7 @@ from ._adapters import (
     is_adapter_dir,
     load_spec,
     malformed_violation,
+    parameter_key,
     pattern_value,
 )
 from ._basemodel import BaseModelDims, load_base_config
@@ -339,8 +340,9 @@ class _Grouped:
         entry[1] += 1
 
 
-def _config_rank(spec: AdapterSpec, module: str) -> int:
-    value = pattern_value(spec.config.get("rank_pattern") or {}, module)
+def _config_rank(spec: AdapterSpec, module: LoRAModuleSpec) -> int:
+    value = pattern_value(spec.config.get("rank_pattern") or {},
+                          parameter_key(module.module, module.target, module.kind))
     return int(value) if value is not None else int(spec.config["r"])
 
 
@@ -364,7 +366,7 @@ def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
             "LG102", "a-b", subject, module=module.module, rank_a=rank_a, rank_b=rank_b,
             shape_a=a, shape_b=b))
         return
-    expected = _config_rank(spec, module.module)
+    expected = _config_rank(spec, module)
     rank = module.rank if module.rank is not None else rank_a
     if module.kind == "moe-flat" and module.experts is None:
         rank = rank_a  # rows not a multiple of r: report the rows
