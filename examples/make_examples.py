@@ -3,7 +3,8 @@
     python examples/make_examples.py
 
 good/ holds a set that serves together on base/config.json; bad/ holds one adapter per
-common incompatibility. Every adapter is a few kilobytes (zero-filled weights).
+common incompatibility; moe/ holds two MoE adapters that each fit moe-base/config.json but
+not one pool together (LG002). Every adapter is a few kilobytes (zero-filled weights).
 """
 
 from __future__ import annotations
@@ -57,6 +58,32 @@ BAD = {
 }
 
 
+MOE_BASE_CONFIG = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "moe_intermediate_size": 32,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 128,
+}
+
+MOE_TARGETS = ("q_proj", "gate_proj", "up_proj", "down_proj")
+
+# Two MoE adapters that each fit the base model but cannot share one fused pool (LG002).
+MOE = {
+    "math-shared-outer": {"rank": 8, "targets": MOE_TARGETS, "moe_layout": "shared-outer",
+                          "experts": 4, "intermediate_size": 32},
+    "code-per-expert": {"rank": 8, "targets": MOE_TARGETS, "moe_layout": "packed",
+                        "experts": 4, "intermediate_size": 32},
+}
+
+
 def main() -> None:
     if ROOT.exists():
         shutil.rmtree(ROOT)
@@ -66,7 +93,11 @@ def main() -> None:
         write_adapter(ROOT / "good" / name, **options)  # type: ignore[arg-type]
     for name, options in BAD.items():
         write_adapter(ROOT / "bad" / name, **options)  # type: ignore[arg-type]
-    print(f"wrote {len(GOOD)} good and {len(BAD)} bad adapters under {ROOT}")
+    (ROOT / "moe-base").mkdir()
+    (ROOT / "moe-base" / "config.json").write_text(json.dumps(MOE_BASE_CONFIG, indent=2) + "\n")
+    for name, options in MOE.items():
+        write_adapter(ROOT / "moe" / name, **options)  # type: ignore[arg-type]
+    print(f"wrote {len(GOOD)} good, {len(BAD)} bad and {len(MOE)} MoE adapters under {ROOT}")
 
 
 if __name__ == "__main__":
