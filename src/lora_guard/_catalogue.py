@@ -133,6 +133,8 @@ _ENTRIES = (
             "adapters into it; call lora_guard.unfreeze(obj) only for a deliberate rebuild.",
             "Recreate the module (or restart the server) when the pool really must change size.",
             "Normalise every adapter to one rank before it reaches the pool.",
+            "For PEFT hot-swapping: call prepare_model_for_compiled_hotswap(model, "
+            "target_rank=...) with the largest rank you will ever swap in, before compiling.",
         ),
         example=(
             "# before: the second call changes the pool's rank\n"
@@ -155,10 +157,10 @@ _ENTRIES = (
                 "{subject}: {key} has rank {new}, above the rank {old} that "
                 "prepare_model_for_compiled_hotswap padded the model to; PEFT would replace the "
                 "padded tensor (torch.utils.swap_tensors) and break the compiled model's fixed "
-                "shapes. Pass target_rank={new} or more to prepare_model_for_compiled_hotswap "
-                "before compiling; the swap was refused before any weight was written."
+                "shapes (prepare it with target_rank={new} or more)."
             ),
         },
+        variant_fixes={"hotswap": 3},
         raised_by=("@lg.shapes(frozen=...)", "lg.pool_shapes_stable", "integrations.sglang",
                    "integrations.peft"),
     ),
