@@ -449,8 +449,10 @@ def shapes(
         specs: optional mapping argument -> spec, for arguments whose names clash with the
             options below; otherwise pass specs as keywords.
         where: a predicate over the bound dims (a dict); False raises LG004.
-        frozen: dims bound per instance (per function for plain functions) by the first call
-            that passes; a later call with another value raises LG001 before the body runs.
+        frozen: dims bound per instance (per class for classmethods, per function for plain
+            functions) by the first call whose body succeeds; a later call with another value
+            raises LG001 before the body runs. The guarded methods of one instance share its
+            frozen dims by name, so ``rank`` means one size across the whole pool.
         dtypes: the dtypes allowed for every guarded argument (LG004 otherwise).
         same_dtype: every guarded argument must share one dtype (LG004 otherwise).
         **arg_specs: argument name -> dim spec: space-separated names (bound across
