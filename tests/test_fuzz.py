@@ -162,7 +162,8 @@ def test_a_damaged_header_is_refused_and_an_intact_one_is_consistent(
     _header_bytes(raw, data)
 
 
-def _mutated_file(base: bytes, ops: list[tuple[str, int, bytes]], directory: str) -> None:
+def _mutate(base: bytes, ops: list[tuple[str, int, bytes]]) -> bytearray:
+    """Apply truncations, bit flips, insertions and header-length rewrites, in order."""
     data = bytearray(base)
     for op, at, chunk in ops:
         at = at % (len(data) + 1)
@@ -174,6 +175,11 @@ def _mutated_file(base: bytes, ops: list[tuple[str, int, bytes]], directory: str
             data[at:at] = chunk
         elif op == "length":
             data[:8] = struct.pack("<Q", int.from_bytes(chunk[:8].ljust(8, b"\0"), "little"))
+    return data
+
+
+def _mutated_file(base: bytes, ops: list[tuple[str, int, bytes]], directory: str) -> None:
+    data = _mutate(base, ops)
     path = os.path.join(directory, "adapter_model.safetensors")
     with open(path, "wb") as f:
         f.write(data)
@@ -274,15 +280,7 @@ def test_check_adapters_answers_any_folder_with_a_report(
 
 def _check_mutated(config_raw: bytes, ops: list[tuple[str, int, bytes]],
                    limits: lg.ServingLimits) -> None:
-    data = bytearray(VALID_FILE)
-    for op, at, chunk in ops:
-        at = at % (len(data) + 1)
-        if op == "truncate":
-            del data[at:]
-        elif op == "flip" and at < len(data):
-            data[at] ^= 0xFF
-        elif op == "insert":
-            data[at:at] = chunk
+    data = _mutate(VALID_FILE, ops)
     with tempfile.TemporaryDirectory() as directory:
         _check_folder(config_raw, bytes(data), directory, limits)
 

@@ -403,10 +403,6 @@ def write_adapter(
     return folder
 
 
-def _first(tensors: Mapping[str, Any], suffix: str) -> str:
-    return next(k for k in sorted(tensors) if k.endswith(suffix))
-
-
 def _apply_content_defects(
     defects: tuple[str, ...],
     tensors: dict[str, tuple[str, tuple[int, ...]]],

@@ -180,6 +180,16 @@ def _caller() -> tuple[str, int]:
     return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}", depth
 
 
+def _observe(violations: Sequence[Violation]) -> tuple[list[Violation], int]:
+    """Stamp where the user's code hit the guard and feed every sink (recorders, plugin)."""
+    location, stacklevel = _caller()
+    stamped = [v if v.location else replace(v, location=location) for v in violations]
+    for sink in STATE.sinks:
+        for v in stamped:
+            sink(v)
+    return stamped, stacklevel  # counted from _observe; its caller is one frame less
+
+
 def report(violations: Sequence[Violation]) -> None:
     """Report violations according to the mode; raises in ``raise`` mode.
 
@@ -187,27 +197,18 @@ def report(violations: Sequence[Violation]) -> None:
     """
     if STATE.off or not violations:
         return
-    location, stacklevel = _caller()
-    violations = [v if v.location else replace(v, location=location) for v in violations]
-    for sink in STATE.sinks:
-        for v in violations:
-            sink(v)
-    mode = STATE.mode
-    if mode == "raise":
-        raise error_class(violations[0].code)(violations)
-    if mode == "warn":
-        for v in violations:
-            warnings.warn(LoRAGuardWarning(v), stacklevel=stacklevel)
+    stamped, stacklevel = _observe(violations)
+    if STATE.mode == "raise":
+        raise error_class(stamped[0].code)(stamped)
+    if STATE.mode == "warn":
+        for v in stamped:
+            warnings.warn(LoRAGuardWarning(v), stacklevel=stacklevel - 1)
 
 
 def refuse(violations: Sequence[Violation]) -> NoReturn:
-    """Raise regardless of mode: for checks whose callers asked for an exception."""
-    location, _ = _caller()
-    violations = [v if v.location else replace(v, location=location) for v in violations]
-    for sink in STATE.sinks:
-        for v in violations:
-            sink(v)
-    raise error_class(violations[0].code)(violations)
+    """Raise regardless of mode: for calls that cannot return anything useful otherwise."""
+    stamped, _ = _observe(violations)
+    raise error_class(stamped[0].code)(stamped)
 
 
 _mode_from_environment()
