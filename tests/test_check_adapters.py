@@ -283,3 +283,19 @@ def test_report_json_schema(tmp_path: pathlib.Path) -> None:
     assert first["violations"][0]["code"] == "LG105"
     assert set(first["violations"][0]) == {"code", "invariant", "message", "hint", "subject",
                                            "details", "location"}
+
+
+def test_each_kind_of_unreadable_adapter_gets_the_fix_that_fits_it(tmp_path: pathlib.Path) -> None:
+    typo = tmp_path / "typo"
+    pickled = write_adapter(tmp_path / "old", defects=("pickle-bin",))
+    escaping = write_adapter(tmp_path / "linked", defects=("symlink-escape",))
+    report = lg.check_adapters([typo, pickled, escaping])
+    assert [v.code for v in report.violations] == ["LG108"] * 3
+
+    def hint(path: pathlib.Path) -> str:
+        (violation,) = [v for v in report.violations if str(path) in v.message + v.subject]
+        return violation.hint
+
+    assert hint(typo).startswith("Check the path")
+    assert hint(pickled).startswith("Convert a .bin adapter")
+    assert hint(escaping).startswith("Keep the adapter's files")

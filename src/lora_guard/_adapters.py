@@ -71,9 +71,10 @@ _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 class Malformed(Exception):
     """An adapter that cannot be read safely: which file, and the problem."""
 
-    def __init__(self, file: str, problem: str) -> None:
+    def __init__(self, file: str, problem: str, *, kind: str = "malformed") -> None:
         self.file = file
         self.problem = problem
+        self.kind = kind  # the LG108 message variant, which picks the fitting fix
         super().__init__(f"{file}: {problem}")
 
 
@@ -235,7 +236,7 @@ def _regular_file(folder: pathlib.Path, name: str) -> str | None:
         real = os.path.realpath(path)
         if os.path.commonpath([real_folder, real]) != real_folder:
             raise Malformed(name, f"path leads outside the adapter folder (symlink to "
-                            f"{os.readlink(path)}); refused")
+                            f"{os.readlink(path)}); refused", kind="link")
         try:
             info = os.stat(path)
         except OSError:
@@ -427,7 +428,7 @@ def _read_weights(
         for name in _PICKLE_NAMES:
             if os.path.lexists(os.path.join(folder, name)):
                 raise Malformed(name, "pickle weights refused (never unpickled); convert to "
-                                "safetensors")
+                                "safetensors", kind="pickle")
         raise Malformed(WEIGHTS_NAME, "missing; no adapter weights in the folder")
     try:
         tensors, metadata, size = read_header_and_size(file)
@@ -655,10 +656,10 @@ def load_spec(
     """
     folder = pathlib.Path(path)
     if not folder.exists():
-        raise Malformed(str(folder), "no such file or folder")
+        raise Malformed(str(folder), "no such file or folder", kind="not-found")
     if not folder.is_dir():
         raise Malformed(folder.name, "not an adapter folder (expected a folder holding "
-                        "adapter_config.json and adapter_model.safetensors)")
+                        "adapter_config.json and adapter_model.safetensors)", kind="not-found")
     config, config_size = _read_config(folder, config_defaults)
     tensors, metadata, weights_size = _read_weights(folder, require_weights)
     halves: dict[str, dict[str, str]] = {}
@@ -702,7 +703,7 @@ def load_spec(
 
 def malformed_violation(subject: str, exc: Malformed) -> Violation:
     """The LG108 violation for an unreadable adapter."""
-    return make_violation("LG108", "malformed", subject, file=exc.file, problem=exc.problem)
+    return make_violation("LG108", exc.kind, subject, file=exc.file, problem=exc.problem)
 
 
 def inspect_adapter(path: str | os.PathLike[str]) -> AdapterSpec:

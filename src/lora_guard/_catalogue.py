@@ -90,7 +90,7 @@ class Invariant:
             parts.append(f"**Example**\n\n```python\n{self.example.rstrip()}\n```")
         parts.append(
             "**What you see**\n\n"
-            + "\n".join(f"- ``{text}``" for text in self.messages.values())
+            + "\n".join(f"- ``{text}``" for text in dict.fromkeys(self.messages.values()))
         )
         if self.raised_by:
             parts.append("**Reported by**: " + ", ".join(f"`{r}`" for r in self.raised_by))
@@ -592,6 +592,10 @@ _ENTRIES = (
             "adapter_config.json and adapter_model.safetensors).",
             "Convert a .bin adapter to safetensors in a trusted environment.",
             "Copy the adapter again; check the upload was complete.",
+            "Check the path: name an adapter folder (holding adapter_config.json and "
+            "adapter_model.safetensors) or a folder of such folders.",
+            "Keep the adapter's files inside its folder (copy them instead of linking out); a "
+            "symlinked adapter folder found by a search is checked when you name it explicitly.",
         ),
         example=(
             "# convert a trusted .bin adapter once, offline\n"
@@ -601,7 +605,11 @@ _ENTRIES = (
         error="AdapterError",
         messages={
             "malformed": "{subject}: {file}: {problem}.",
+            "not-found": "{subject}: {file}: {problem}.",
+            "pickle": "{subject}: {file}: {problem}.",
+            "link": "{subject}: {file}: {problem}.",
         },
+        variant_fixes={"not-found": 3, "pickle": 1, "link": 4},
         raised_by=("lg.inspect_adapter", "lg.check_adapters", "lora-guard check",
                    "integrations.vllm", "integrations.sglang", "integrations.peft"),
     ),

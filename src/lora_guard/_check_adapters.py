@@ -291,11 +291,11 @@ def _discover(item: PathOrSpec) -> list[tuple[str, AdapterSpec | pathlib.Path | 
     path = pathlib.Path(item)
     shown = os.fspath(item)
     if not path.exists() and not path.is_symlink():
-        return [(shown, Malformed(shown, "no such file or folder"))]
+        return [(shown, Malformed(shown, "no such file or folder", kind="not-found"))]
     if path.is_file() and path.name in ("adapter_config.json", "adapter_model.safetensors"):
         return [(str(path.parent), path.parent)]
     if not path.is_dir():
-        return [(shown, Malformed(shown, "not an adapter folder"))]
+        return [(shown, Malformed(shown, "not an adapter folder", kind="not-found"))]
     if is_adapter_dir(path):
         return [(shown, path)]
     found: list[tuple[str, AdapterSpec | pathlib.Path | Malformed]] = []
@@ -309,7 +309,8 @@ def _discover(item: PathOrSpec) -> list[tuple[str, AdapterSpec | pathlib.Path | 
                 if is_adapter_dir(child):  # said, not read: it may lead anywhere
                     found.append((str(child), Malformed(
                         str(child), f"a symlinked folder (to {os.readlink(child)}) is not "
-                        "followed when a folder is searched; pass it explicitly to check it")))
+                        "followed when a folder is searched; pass it explicitly to check it",
+                        kind="link")))
             elif is_adapter_dir(child):
                 found.append((str(child), child))
             else:
@@ -318,7 +319,7 @@ def _discover(item: PathOrSpec) -> list[tuple[str, AdapterSpec | pathlib.Path | 
     if not found:
         return [(shown, Malformed(
             shown, "no adapter found (no folder holding adapter_config.json or "
-            "adapter_model.safetensors)"))]
+            "adapter_model.safetensors)", kind="not-found"))]
     return found
 
 
