@@ -419,25 +419,29 @@ def _dynamo_compiling() -> Callable[[], bool]:
         import torch
     except ImportError:
         return lambda: False
-    return cast("Callable[[], bool]", torch.compiler.is_dynamo_compiling)
+    return torch.compiler.is_dynamo_compiling
+
+
+def _dtype_names(dtypes: Iterable[Any]) -> frozenset[Any]:
+    from ._safetensors import DTYPE_NAMES
+
+    known = set(DTYPE_NAMES.values())
+    names = set()
+    for d in dtypes:
+        name = dtype_name(d)
+        if name not in known:
+            raise ValueError(
+                f"lora_guard.shapes(dtypes=...): {d!r} is not a dtype name; pass names "
+                f"such as ('bfloat16', 'float16'): {', '.join(sorted(known))}")
+        names.add(name)
+    return frozenset(names)
 
 
 def _dtype_set(dtypes: Iterable[Any]) -> frozenset[Any]:
     try:
         import torch
     except ImportError:  # without torch: dtype names, compared by name (the slow path)
-        from ._safetensors import DTYPE_NAMES
-
-        known = set(DTYPE_NAMES.values())
-        names = set()
-        for d in dtypes:
-            name = dtype_name(d)
-            if name not in known:
-                raise ValueError(
-                    f"lora_guard.shapes(dtypes=...): {d!r} is not a dtype name; pass names "
-                    f"such as ('bfloat16', 'float16'): {', '.join(sorted(known))}")
-            names.add(name)
-        return frozenset(names)
+        return _dtype_names(dtypes)
 
     out = set()
     for d in dtypes:
