@@ -58,9 +58,9 @@ def test_the_wheel_installs_without_torch(installed: Path) -> None:
 def test_the_installed_command_checks_real_adapters_in_each_format(
     installed: Path, tmp_path: Path
 ) -> None:
-    from test_cli_options import sarif_schema
-
     import jsonschema
+
+    from test_cli_options import sarif_schema
 
     exe = installed / "venv" / "bin" / "lora-guard"
     shutil.copytree(EXAMPLES, tmp_path / "adapters", symlinks=True)
