@@ -138,3 +138,32 @@ def test_pre_commit_try_repo_passes_a_clean_set_and_fails_a_bad_one(
     assert done.returncode == 1, done.stdout + done.stderr
     assert re.search(r"lora-guard check\.+Failed", done.stdout)
     assert "LG101" in done.stdout
+
+
+# --- docs a reader sees without a site build ------------------------------------------------
+
+
+def doc_pages() -> list[Path]:
+    docs = ROOT / "docs"
+    return [*sorted(p for p in docs.rglob("*.md") if "hooks" not in p.parts),
+            ROOT / "README.md"]
+
+
+def test_no_public_page_names_a_private_module() -> None:
+    private = re.compile(r"lora_guard(\.\w+)*\._(?!_)\w+")  # __all__ is public
+    found = [f"{page.relative_to(ROOT)}: {m.group(0)}" for page in doc_pages()
+             for m in private.finditer(page.read_text(encoding="utf-8"))]
+    assert not found, found
+
+
+def test_a_generated_page_tells_a_source_reader_where_its_content_is() -> None:
+    from test_docs import hook
+
+    for page in sorted((ROOT / "docs" / "reference").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        if not re.search(r"<!-- lora-guard: (invariants|api|modules) -->", text):
+            continue
+        assert hook.SOURCE_NOTE.search(text), f"{page.name}: no note for source readers"
+        built = hook.render_markers(text)
+        assert "Reading the Markdown source?" not in built  # the site shows the content
+        assert "<!-- lora-guard:" not in built
