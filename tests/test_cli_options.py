@@ -374,3 +374,31 @@ def test_progress_bar_draws_and_clears() -> None:
         bar(done, 100)
     bar.close()
     assert "100/100" in terminal.getvalue() and terminal.getvalue().endswith("\r\033[K")
+
+
+def test_the_ci_guide_shows_what_the_commands_print(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import doctest
+    import re
+    import shlex
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    page = (root / "docs" / "guides" / "ci.md").read_text(encoding="utf-8")
+    checker = doctest.OutputChecker()
+    ran = 0
+    for block in re.findall(r"```console\n(.*?)```", page, re.DOTALL):
+        steps = re.split(r"^\$ ", block, flags=re.MULTILINE)[1:]
+        status = None
+        for step in steps:
+            command, _, expected = step.partition("\n")
+            if command == "echo $?":
+                assert expected.strip() == str(status)
+                continue
+            argv = shlex.split(command)
+            assert argv[0] == "lora-guard"
+            status, out, _ = run(capsys, *argv[1:])
+            assert checker.check_output(expected, out, doctest.ELLIPSIS), (command, out)
+            ran += 1
+    assert ran == 3
