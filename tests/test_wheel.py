@@ -101,27 +101,22 @@ def test_the_guards_and_the_plugin_work_without_torch(installed: Path, tmp_path:
         "import collections, pytest, sys\n"
         "import lora_guard as lg\n"
         "Meta = collections.namedtuple('Meta', 'shape dtype')\n"
-        "class Pool:\n"
-        "    @lg.shapes(a='slots rank hidden', frozen=('slots', 'rank'),\n"
-        "               dtypes=('bfloat16',))\n"
-        "    def set_lora_info(self, a):\n"
-        "        return a.shape\n"
-        "@pytest.mark.lora_guard(expect=['LG001'])\n"
-        "def test_a_smaller_rank_is_refused():\n"
-        "    pool = Pool()\n"
-        "    assert pool.set_lora_info(Meta((4, 16, 64), 'bfloat16')) == (4, 16, 64)\n"
-        "    with pytest.raises(lg.PoolShapeDriftError):\n"
-        "        pool.set_lora_info(Meta((4, 8, 64), 'bfloat16'))\n"
+        "@pytest.mark.lora_guard(expect=['LG003'])\n"
+        "def test_a_reused_key_of_another_shape_is_refused():\n"
+        "    cache = lg.GuardedCache({})\n"
+        "    cache['q_proj.lora_A'] = Meta((16, 64), 'bfloat16')\n"
+        "    with pytest.raises(lg.CacheKeyCollisionError):\n"
+        "        cache['q_proj.lora_A'] = Meta((8, 64), 'bfloat16')\n"
         "    assert 'torch' not in sys.modules\n"
         "def test_a_swallowed_refusal_fails_under_the_plugin():\n"
-        "    pool = Pool()\n"
-        "    pool.set_lora_info(Meta((4, 16, 64), 'bfloat16'))\n"
+        "    cache = lg.GuardedCache({})\n"
+        "    cache['q_proj.lora_A'] = Meta((16, 64), 'bfloat16')\n"
         "    try:\n"
-        "        pool.set_lora_info(Meta((4, 8, 64), 'bfloat16'))\n"
-        "    except RuntimeError:\n"
+        "        cache['q_proj.lora_A'] = Meta((8, 64), 'bfloat16')\n"
+        "    except ValueError:\n"
         "        pass\n"
     )
     done = sh(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--lora-guard",
               "test_pool.py", cwd=tmp_path, ok=(1,))
     assert "1 failed, 1 passed" in done.stdout, done.stdout
-    assert "LG001" in done.stdout
+    assert "LG003" in done.stdout
