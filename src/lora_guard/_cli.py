@@ -120,13 +120,14 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     served.add_argument("--allowed-ranks", type=_rank_list, metavar="R,R",
                         help="the only ranks the server serves, e.g. 8,16,32")
     served.add_argument("--max-loras", type=_positive, metavar="N",
-                        help="adapters the server must hold loaded at once (sglang --max-loaded-loras); "
-                        "not vLLM --max-loras, whose slots adapters are swapped through")
+                        help="adapters the server must hold loaded at once (sglang "
+                        "--max-loaded-loras); not vLLM --max-loras, whose slots adapters are "
+                        "swapped through")
     served.add_argument("--target-modules", type=_name_list, metavar="M,M",
                         help="module types the server applies LoRA to, e.g. q_proj,v_proj")
     served.add_argument("--dtypes", type=_name_list, metavar="D,D",
-                        help="allowed dtypes, e.g. bfloat16,float16, for a server that does not cast "
-                        "(vLLM and sglang cast adapter weights to the model's dtype)")
+                        help="allowed dtypes, e.g. bfloat16,float16, for a server that does "
+                        "not cast (vLLM and sglang cast adapter weights to the model's dtype)")
     served.add_argument("--base-config", metavar="FILE",
                         help="the base model's Hugging Face config.json (checks dims, layers, "
                         "experts, vocab)")
