@@ -59,7 +59,12 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         if watch.thread != me:
             continue
         if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
-            watch.opened.append(os.fsdecode(args[0]))
+            path = os.fsdecode(args[0])
+            if isinstance(args[2], int) and args[2] & getattr(os, "O_NOFOLLOW", 0):
+                # a link itself is never followed: where it is, not where it leads
+                path = os.path.join(os.path.realpath(os.path.dirname(path)),
+                                    os.path.basename(path))
+            watch.opened.append(path)
         elif event in ("os.listdir", "os.scandir") and args and args[0] is not None:
             watch.listed.append(os.fsdecode(args[0]))
         elif event in _RUNS_CODE:
@@ -69,13 +74,18 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 
 
 sys.addaudithook(_hook)
+lg.check_adapters([])  # import what the checker imports lazily before anything is watched
 
 _PYTHON_DIRS = tuple({os.path.realpath(p) for p in (
     sys.prefix, sys.base_prefix, sysconfig.get_paths()["purelib"], str(ROOT / "src"))})
 
 
 def _inside(path: str, folder: Path) -> bool:
-    real, top = os.path.realpath(path), os.path.realpath(folder)
+    real, top = os.path.normpath(path), os.path.realpath(folder)
+    if os.path.basename(os.path.dirname(top)) == "snapshots":  # a Hugging Face cache repo
+        top = os.path.dirname(os.path.dirname(top))
+    if os.path.islink(path) and not real.startswith(top + os.sep):
+        real = os.path.realpath(path)
     return real == top or real.startswith(top + os.sep)
 
 
