@@ -207,17 +207,67 @@ def test_lora_guard_check_answers_the_whole_corpus_without_a_traceback(tmp_path:
         root = tmp_path / case.name
         root.mkdir()
         built = case.build(root)
-        if built.exists() or built.is_symlink():  # a missing path is exit 2 (test_cli.py)
+        if os.path.lexists(built):  # a missing path is exit 2 (test_cli.py)
             paths.append(str(built))
-    done = subprocess.run(
-        [sys.executable, "-c", "import sys; from lora_guard._cli import main; "
-         "sys.exit(main(sys.argv[1:]))", "check", "--format", "json", "--no-progress", *paths],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )
-    assert done.returncode == 1, done.stderr
-    assert "Traceback" not in done.stderr
-    result = json.loads(done.stdout)
-    assert result  # a JSON report came out
+    for form in ("json", "text"):  # text: names no terminal prints are escaped, not a crash
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from lora_guard._cli import main; "
+             "sys.exit(main(sys.argv[1:]))", "check", "--format", form, "--no-progress",
+             *paths],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+            errors="backslashreplace",
+        )
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert not (tmp_path / MARKER).exists()
+
+
+# --- every case in a child process with a time and a memory limit ----------------------------
+
+CHILD_SECONDS = 240
+"""Time for the child to answer the whole corpus (it takes well under a minute here)."""
+CHILD_MEMORY = 2 * 2**30
+"""RLIMIT_AS of the child: address space, so Python's own mappings count too."""
+
+_CHILD = textwrap.dedent("""
+    import json, resource, sys
+    resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
+    import lora_guard as lg
+    out = {}
+    for name, path in json.loads(sys.stdin.read()).items():
+        try:
+            report = lg.check_adapters(path)
+            out[name] = sorted({v.code for v in report.violations})
+        except BaseException as exc:  # MemoryError included: the parent reports it
+            out[name] = ["raised " + type(exc).__name__ + ": " + str(exc)[:200]]
+    print(json.dumps(out))
+""")
+
+
+def test_every_case_is_answered_in_a_child_process_under_time_and_memory_limits(
+        tmp_path: Path) -> None:
+    """A hang (the re module holds the GIL), a runaway allocation or a crash of the
+    interpreter cannot hide in a thread here: the child has an address-space limit
+    (``resource.setrlimit``) and a deadline, and every case must give its expected code."""
+    resource = pytest.importorskip("resource")
+    del resource
+    paths = {}
+    for case in CASES:
+        root = tmp_path / case.name
+        root.mkdir()
+        paths[case.name] = str(case.build(root))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(CHILD_MEMORY)], input=json.dumps(paths),
+            capture_output=True, text=True, timeout=CHILD_SECONDS, cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the corpus was not answered within {CHILD_SECONDS} s")
+    assert done.returncode == 0, done.stderr[-2_000:]
+    codes = json.loads(done.stdout)
+    wrong = {c.name: codes[c.name] for c in CASES
+             if (c.expect is None and codes[c.name]) or (
+                 c.expect is not None and c.expect not in codes[c.name])}
+    assert not wrong, wrong
     assert not (tmp_path / MARKER).exists()
 
 

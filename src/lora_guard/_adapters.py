@@ -17,7 +17,7 @@ import pathlib
 import re
 import stat
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -393,7 +393,13 @@ def _read_config(
 
 
 _MAX_PATTERN_KEY = 512
-_MAX_PATTERN_REPEATS = 3
+_MAX_PATTERN_REPEATS = 2
+_MAX_PATTERN_KEYS = 10_000
+MATCH_BUDGET = 2_000_000_000
+"""Worst-case backtracking steps all ``rank_pattern``/``alpha_pattern`` keys of one adapter
+may cost against its module names (a key with ``k`` unbounded repeats costs about
+``len(name) ** (k + 1)`` per name under PEFT's ``(.*\\.)?(key)$`` wrapper); about two
+seconds of matching. Over it, the adapter is LG108 before anything is matched."""
 
 
 def _clip(text: str, limit: int = 120) -> str:
@@ -414,6 +420,7 @@ def _repeats(parsed: Any, inside_repeat: bool = False) -> tuple[int, bool]:
             children = [arg[-1]]
         elif str(op) == "BRANCH":
             children = list(arg[1])
+            nested = nested or inside_repeat  # (a|aa)*: ambiguous alternatives, repeated
         elif str(op) in ("ASSERT", "ASSERT_NOT"):
             children = [arg[1]]
         for child in children:
@@ -422,7 +429,7 @@ def _repeats(parsed: Any, inside_repeat: bool = False) -> tuple[int, bool]:
     return count, nested
 
 
-def _regex_problem(key: object) -> str | None:
+def _regex_problem(key: object, max_repeats: int = _MAX_PATTERN_REPEATS) -> str | None:
     """Why a rank_pattern/alpha_pattern key must not be matched, or None.
 
     PEFT matches each key with ``re.match(rf"(.*\\.)?({key})$", module)``; Python's re
@@ -442,10 +449,58 @@ def _regex_problem(key: object) -> str | None:
     if nested:
         return ("nests one repetition in another, which can take exponential time to match; "
                 "use a module name or suffix such as 'q_proj' or 'layers\\.0\\..*'")
-    if count > _MAX_PATTERN_REPEATS:
-        return (f"repeats {count} times (at most {_MAX_PATTERN_REPEATS}), which can take "
+    if len(_REPEATS) > 50_000:
+        _REPEATS.clear()
+    _REPEATS[key] = count
+    if count > max_repeats:
+        return (f"repeats {count} times (at most {max_repeats}), which can take "
                 "polynomial time of high degree to match; use a module name or suffix")
     return None
+
+
+_REPEATS: dict[str, int] = {}  # unbounded repeats of each key _regex_problem accepted
+
+
+def _pattern_cost(config: Mapping[str, Any], modules: Iterable[str]) -> int:
+    """Worst-case matching steps of the config's pattern keys against ``modules``."""
+    keys = [k for name in ("rank_pattern", "alpha_pattern")
+            for k in (config.get(name) or {})]
+    if not keys:
+        return 0
+    lengths = [len(m) + 64 for m in modules]  # the name PEFT matches can be a little longer
+    total = 0
+    for key in keys:
+        reps = _REPEATS.get(key, _MAX_PATTERN_REPEATS) + 1  # the wrapper's (.*\.)?
+        total += sum(n ** reps for n in lengths)
+        if total > MATCH_BUDGET:
+            break
+    return total
+
+
+_PLAIN = re.compile(r"[\w.-]+")  # a key with no regex syntax but '.' (any character)
+_Matcher = tuple[str, "re.Pattern[str] | None", str, int]
+_PREPARED: dict[tuple[str, ...], list[_Matcher]] = {}
+
+
+def _prepared(keys: tuple[str, ...]) -> list[_Matcher]:
+    """Each key's matcher: for a plain key (the usual module name or suffix) the literal end
+    it must have and its length, so most names are rejected by one ``endswith``; otherwise
+    PEFT's regex, compiled once."""
+    found = _PREPARED.get(keys)
+    if found is None:
+        found = []
+        for key in keys:
+            try:
+                if _PLAIN.fullmatch(key):
+                    found.append((key, re.compile(key), key.rsplit(".", 1)[-1], len(key)))
+                else:
+                    found.append((key, re.compile(rf"(.*\.)?({key})$"), "", -1))
+            except re.error:
+                found.append((key, None, "", -1))
+        if len(_PREPARED) > 256:
+            _PREPARED.clear()
+        _PREPARED[keys] = found
+    return found
 
 
 def _regex_parser() -> Any:
@@ -477,6 +532,9 @@ def _validate_config(config: Mapping[str, Any]) -> None:
             continue
         if not isinstance(pattern, dict):
             raise bad(name, "not an object of module-regex -> value")
+        if len(pattern) > _MAX_PATTERN_KEYS:
+            raise Malformed(CONFIG_NAME, f"{name} has {len(pattern):,} keys (at most "
+                            f"{_MAX_PATTERN_KEYS:,}); name fewer modules or use a suffix")
         for key, value in pattern.items():
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
                 math.isfinite(value))
@@ -493,6 +551,10 @@ def _validate_config(config: Mapping[str, Any]) -> None:
         isinstance(targets, list) and all(isinstance(t, str) for t in targets)
     ):
         raise bad("target_modules", "not a list of module names or a regex string")
+    if isinstance(targets, str):  # PEFT: re.fullmatch(target_modules, every module name)
+        problem = _regex_problem(targets, _MAX_PATTERN_REPEATS + 1)
+        if problem:
+            raise Malformed(CONFIG_NAME, f"target_modules regex {_clip(targets)!r} {problem}")
     parameters = config.get("target_parameters")
     if parameters is not None and not (
         isinstance(parameters, list) and all(isinstance(t, str) for t in parameters)
@@ -544,12 +606,20 @@ def pattern_value(pattern: Mapping[str, Any], module: str) -> Any:
         ...               "model.layers.1.self_attn.q_proj")
         16
     """
-    for key, value in pattern.items():
-        try:
-            if re.match(rf"(.*\.)?({key})$", module):
-                return value
-        except re.error:
+    if not pattern:
+        return None
+    keys = tuple(k for k in pattern if isinstance(k, str))
+    for key, regex, end, size in _prepared(keys):
+        if regex is None:
             continue
+        if size >= 0:  # plain: the last ``size`` characters, after a '.' or the start
+            if not module.endswith(end) or len(module) < size or (
+                    len(module) > size and module[-size - 1] != "."):
+                continue
+            if regex.fullmatch(module, len(module) - size):
+                return pattern[key]
+        elif regex.match(module):
+            return pattern[key]
     return None
 
 
@@ -775,6 +845,12 @@ def load_spec(
                 unknown.append(key)
             else:
                 extra[key] = other
+    if _pattern_cost(config, halves) > MATCH_BUDGET:
+        raise Malformed(CONFIG_NAME, f"rank_pattern/alpha_pattern would take more than "
+                        f"{MATCH_BUDGET:,} regex steps to match against the "
+                        f"{len(halves):,} module names (longest "
+                        f"{max(map(len, halves), default=0):,} characters); use shorter "
+                        "patterns with fewer '.*'", kind="malformed")
     modules = {
         module: _module_record(module, parts, tensors, config)
         for module, parts in sorted(halves.items())

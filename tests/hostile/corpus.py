@@ -367,6 +367,30 @@ def _long_name(root: Path) -> Path:
     return root / ("a" * 300) / "adapter"
 
 
+def _surrogate_key(root: Path) -> Path:
+    """A tensor key holding a lone surrogate (JSON ``\\ud800``), which no terminal prints."""
+    head, data = header(tensors())
+    raw = json.dumps(head).encode()[:-1] + (
+        b',"base_model.model.x\\ud800.lora_A.weight":{"dtype":"F16","shape":[0],'
+        b'"data_offsets":[%d,%d]}}' % (data, data))
+    folder = adapter(root)
+    write_weights(folder / "adapter_model.safetensors", raw, data)
+    return folder
+
+
+def _long_module_names(keys: dict[str, int], modules: int, length: int) -> Callable[[Path],
+                                                                                    Path]:
+    """``modules`` LoRA modules whose names are ``length`` characters, and a rank_pattern."""
+    def build(root: Path) -> Path:
+        entries = []
+        for i in range(modules):
+            name = f"base_model.model.m{i}." + "a." * ((length - 20) // 2) + "q_proj"
+            entries += [(f"{name}.lora_A.weight", "F16", [8, 4]),
+                        (f"{name}.lora_B.weight", "F16", [4, 8])]
+        return adapter(root, cfg=config(rank_pattern=keys), weights=header(entries))
+    return build
+
+
 def _empty_weights(root: Path) -> Path:
     folder = adapter(root)
     (folder / "adapter_model.safetensors").write_bytes(b"")
@@ -583,6 +607,22 @@ CASES: list[Case] = [
     Case("config-lone-surrogate", "a config key that is a lone UTF-16 surrogate", "LG108",
          "no 'target_modules'",
          with_config(b'{"r":8,"lora_alpha":16,"\\ud800":1}')),
+    Case("surrogate-key", "a tensor key with a lone surrogate (\\ud800): printed escaped",
+         "LG103", "\\ud800", _surrogate_key),
+    Case("target-modules-redos", "target_modules regex '(a|aa)*c' (exponential backtracking)",
+         "LG108", "target_modules regex", with_config(config(target_modules="(a|aa)*c"))),
+    Case("rank-pattern-alternation", "rank_pattern key '(a|aa)*c'", "LG108", "exponential",
+         with_config(config(rank_pattern={"(a|aa)*c": 16}))),
+    Case("rank-pattern-three-stars", "rank_pattern key '.*.*.*z' against 3,000-char names",
+         "LG108", "repeats 3 times",
+         _long_module_names({".*.*.*z": 16}, modules=2, length=3_000)),
+    Case("rank-pattern-budget", "1,000 keys '.*k_i.*z' x 200 module names of 1,000 chars",
+         "LG108", "regex steps",
+         _long_module_names({f".*k{i}.*z": 16 for i in range(1_000)}, modules=200,
+                            length=1_000), max_mib=32),
+    Case("rank-pattern-1000-names", "1,000 plain rank_pattern keys x 1,000 modules", None, "",
+         _long_module_names({f"m{i}.q_proj": 8 for i in range(1_000)}, modules=1_000,
+                            length=60), max_mib=64),
     Case("name-too-long", "a path with a 300-character component (ENAMETOOLONG)", "LG108",
          "", _long_name),
 ]
