@@ -291,3 +291,190 @@ def test_a_rank_pattern_that_backtracks_forever_is_refused_not_run(tmp_path: Pat
     except subprocess.TimeoutExpired:
         pytest.fail("check_adapters was still matching the pattern after 5 s")
     assert "LG108" in done.stdout, done.stdout + done.stderr
+
+
+# --- round 2: what is not a file in an adapter folder ------------------------------------------
+
+
+def test_an_unreadable_subfolder_is_reported_not_skipped(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    top = tmp_path / "uploads"
+    adapter(top, name="good")
+    (top / "locked").mkdir()
+    real_scandir = os.scandir
+
+    def scandir(path: Any) -> Any:  # EACCES as a non-root user gets it (tests may run as root)
+        if os.fspath(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    report = lg.check_adapters(top)
+    assert [v.code for v in report.violations] == ["LG108"]
+    assert "locked" in report.violations[0].message
+    assert "Permission denied" in report.violations[0].message
+    assert len(report.ids) == 2  # the readable adapter is still checked
+
+
+def test_a_file_that_shrinks_while_read_is_lg108_not_a_struct_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = adapter(tmp_path)
+    real_read = os.read
+
+    def read(fd: int, count: int) -> bytes:
+        if count == 5:  # what is left of the 8-byte length after the first 3 bytes
+            return b""
+        data = real_read(fd, count)
+        return data[:3] if count == 8 else data  # truncated by another process after fstat
+
+    monkeypatch.setattr(os, "read", read)
+    with pytest.raises(lg.AdapterError, match="shrank"):
+        lg.inspect_adapter(folder)
+
+
+def test_a_fifo_or_a_duplicate_key_as_the_base_config_is_refused_without_blocking(
+        tmp_path: Path) -> None:
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)  # no writer: opening it for reading would block forever
+    folder = adapter(tmp_path / "a")
+    duplicate = tmp_path / "dup.json"
+    duplicate.write_text('{"hidden_size": 64, "hidden_size": 4096, "num_hidden_layers": 2}')
+    script = textwrap.dedent("""
+        import sys, lora_guard as lg
+        for base in sys.argv[2:]:
+            try:
+                lg.check_adapters(sys.argv[1], lg.ServingLimits(base_config=base))
+                print("accepted")
+            except (ValueError, TypeError) as exc:
+                print(exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(folder), str(fifo), str(duplicate)],
+                          capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout + done.stderr
+    assert "not a regular file" in lines[0]
+    assert "duplicate key 'hidden_size'" in lines[1]
+
+
+def test_a_bogus_mode_variable_does_not_fail_the_import_under_w_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", "import lora_guard as lg; print(lg.get_mode())"],
+        env={**os.environ, "LORA_GUARD_MODE": "bogus"}, capture_output=True, text=True,
+        timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "raise"  # the safe default
+    assert "LORA_GUARD_MODE must be one of" in done.stderr
+
+
+# --- round 2: the guards --------------------------------------------------------------------
+
+
+def test_every_way_of_storing_into_a_guarded_cache_is_checked_all_or_nothing() -> None:
+    torch = pytest.importorskip("torch")
+    old, new = torch.empty(16, 64), torch.empty(8, 64)
+    attempts: list[Callable[[lg.GuardedCache], Any]] = [
+        lambda c: c.__setitem__("k", new),
+        lambda c: c.update({"k": new}),
+        lambda c: c.update([("k", new)]),
+        lambda c: c.update(k=new),
+        lambda c: c.__ior__({"k": new}),
+        lambda c: c.setdefault("k", new),
+        lambda c: c.update([("x", old), ("x", new)]),  # the same key twice in one call
+    ]
+    for attempt in attempts:
+        store = {"k": old}
+        cache = lg.GuardedCache(store)
+        with pytest.raises(lg.CacheKeyCollisionError):
+            attempt(cache)
+        assert store == {"k": old}, attempt  # nothing stored, not even the other entries
+    cache = lg.GuardedCache({"k": old})
+    with pytest.raises(lg.CacheKeyCollisionError):
+        cache |= {"k": new}
+
+
+def test_a_copied_pool_has_its_own_frozen_dims() -> None:
+    import copy
+    torch = pytest.importorskip("torch")
+
+    class Pool:
+        @lg.shapes(a="slots rank", frozen=("rank",))
+        def set_lora(self, a: Any) -> None:
+            pass
+
+    pool = Pool()
+    pool.set_lora(torch.empty(2, 8))
+    for twin in (copy.copy(pool), copy.deepcopy(pool)):
+        assert lg.frozen_dims(twin) == {"rank": 8}  # a copy starts where the original is
+        lg.unfreeze(twin)
+        twin.set_lora(torch.empty(2, 16))
+        assert lg.frozen_dims(twin) == {"rank": 16}
+        assert lg.frozen_dims(pool) == {"rank": 8}  # the original is not rebound
+        with pytest.raises(lg.PoolShapeDriftError):
+            pool.set_lora(torch.empty(2, 16))
+
+
+@pytest.mark.parametrize(("value", "error", "says"), [
+    ((16.9, 64), TypeError, "dim 0 of the shape is 16.9 (float), not an integer"),
+    ((-8, 64), ValueError, "dim 0 of the shape is -8, a negative size"),
+    ((1,) * 65, ValueError, "its shape has more than 64 dims"),
+    ("8x64", None, ""),  # not a shape at all: None, as for any object without one
+])
+def test_shape_of_takes_only_non_negative_integer_dims(value: Any, error: Any,
+                                                       says: str) -> None:
+    from lora_guard._checks import shape_of
+
+    class Meta:
+        shape = value
+
+    if error is None:
+        assert shape_of(value) is None
+        with pytest.raises(TypeError, match="text"):
+            shape_of(Meta(), name="lora_A")
+        return
+    with pytest.raises(error, match="lora_A: " + says.replace("(", r"\(").replace(")", r"\)")):
+        shape_of(Meta(), name="lora_A")
+
+
+def test_shape_of_an_endless_iterator_or_a_jagged_tensor_is_a_clear_error() -> None:
+    import itertools
+
+    from lora_guard._checks import shape_of
+    torch = pytest.importorskip("torch")
+
+    class Endless:
+        @property
+        def shape(self) -> Any:
+            return itertools.count()
+
+    with pytest.raises(ValueError, match="weight: its shape has more than 64 dims"):
+        shape_of(Endless(), name="weight")
+    jagged = torch.nested.nested_tensor([torch.zeros(2, 3), torch.zeros(4, 3)],
+                                        layout=torch.jagged)
+    with pytest.raises(TypeError, match="weight: dim 1 of the shape is ragged"):
+        shape_of(jagged, name="weight")
+
+
+def test_two_threads_loading_one_adapter_never_lose_the_one_that_loaded() -> None:
+    registry = lg.LayoutRegistry()
+    weights = {"layers.0.mlp.experts.gate_up_proj.lora_A": (1, 32, 64)}
+    first_in_body = threading.Event()
+    first_may_fail = threading.Event()
+
+    @lg.guard_adapter_load(registry, adapter_id="name", weights="tensors")
+    def load(name: str, tensors: Any, fail: bool) -> None:
+        if fail:
+            first_in_body.set()
+            first_may_fail.wait(10)
+            raise OSError("disk full")
+
+    def failing() -> None:
+        with pytest.raises(OSError):
+            load("math", weights, True)
+
+    worker = threading.Thread(target=failing)
+    worker.start()
+    assert first_in_body.wait(10)
+    load("math", weights, False)  # succeeds while the first load is still in its body
+    first_may_fail.set()
+    worker.join(10)
+    assert "math" in registry.adapters  # the failed load did not take the loaded one away

@@ -44,7 +44,9 @@ def shape_of(obj: Any, *, name: str = "value") -> tuple[int, ...] | None:
         >>> from lora_guard._checks import shape_of
         >>> shape_of((8, 64)), shape_of("text")
         ((8, 64), None)
-        >>> shape_of((8.5, 64), name="lora_A")
+        >>> class Meta:
+        ...     shape = (8.5, 64)
+        >>> shape_of(Meta(), name="lora_A")
         Traceback (most recent call last):
         ...
         TypeError: lora_A: dim 0 of the shape is 8.5 (float), not an integer
