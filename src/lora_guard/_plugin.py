@@ -24,7 +24,7 @@ from typing import Any, Protocol, cast
 
 import pytest
 
-from . import pytest_plugin, testing
+from . import pytest_plugin
 from ._catalogue import INVARIANTS
 from ._config import Mode, Recording, add_sink, configure, get_mode, remove_sink
 from ._errors import Violation
@@ -87,7 +87,8 @@ class _TestState:
 
 
 _STATE_KEY = pytest.StashKey[_TestState]()
-_MARKS_KEY = pytest.StashKey[tuple[frozenset[str], frozenset[str]]]()
+_MARKS_KEY = pytest_plugin._MARKS_KEY
+_marker_codes = pytest_plugin._marker_codes
 
 
 def _parse_instrument(value: str) -> tuple[str, ...]:
@@ -124,29 +125,6 @@ def _load_integrations(names: Iterable[str]) -> list[tuple[str, _Instrumentable]
             raise pytest.UsageError(f"--lora-guard-instrument={name}: {exc}") from exc
         loaded.append((name, cast(_Instrumentable, integration)))
     return loaded
-
-
-def _marker_codes(item: pytest.Item) -> tuple[frozenset[str], frozenset[str]]:
-    """``allow`` and ``expect`` of every ``lora_guard`` marker on the item; ValueError if bad."""
-    allow: set[str] = set()
-    expect: set[str] = set()
-    for mark in item.iter_markers("lora_guard"):
-        if mark.args:
-            raise ValueError(
-                f"@pytest.mark.lora_guard takes keywords only, got positional {mark.args!r}; "
-                "write @pytest.mark.lora_guard(allow=('LG003',), expect=('LG001',))"
-            )
-        unknown = sorted(set(mark.kwargs) - {"allow", "expect"})
-        if unknown:
-            raise ValueError(
-                f"@pytest.mark.lora_guard: unknown keyword(s) {unknown}; it takes allow=(...) "
-                "(codes that may occur) and expect=(...) (codes that must occur)"
-            )
-        for key, target in (("allow", allow), ("expect", expect)):
-            if key in mark.kwargs:
-                target.update(testing.check_codes(
-                    mark.kwargs[key], where=f"@pytest.mark.lora_guard({key}=...)"))
-    return frozenset(allow), frozenset(expect)
 
 
 def _violations_in(exc: BaseException) -> list[object]:
@@ -430,32 +408,6 @@ class LoRAGuardPlugin:
 
     def state_of(self, item: pytest.Item) -> _TestState | None:
         return item.stash.get(_STATE_KEY, None)
-
-    # -- collection: validate markers -----------------------------------------------------
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_make_collect_report(
-        self, collector: pytest.Collector
-    ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
-        # A bad marker is a collection error of the module (or class) that holds the test:
-        # the run stops before any test, names the test and the code, in xdist workers too.
-        report = yield
-        if not self.enabled or not report.passed:
-            return report
-        problems = []
-        for node in report.result:
-            if isinstance(node, pytest.Item):
-                try:
-                    node.stash[_MARKS_KEY] = _marker_codes(node)
-                except (ValueError, TypeError) as exc:
-                    problems.append(f"{node.nodeid}: {exc}")
-        if problems:
-            report.outcome = "failed"
-            report.longrepr = (
-                "lora_guard: @pytest.mark.lora_guard cannot be honoured:\n  "
-                + "\n  ".join(problems)
-            )
-        return report
 
     # -- running a test -----------------------------------------------------------------
 
