@@ -47,7 +47,7 @@ def test_the_plugin_fails_the_test_whose_violation_was_swallowed(
     result.stdout.fnmatch_lines([
         "*LG001 pool-shape-drift: LoRAPool.write: dim 'rank' was frozen at 16 by the first call"
         " and is now 8*",
-        "*LG001  pool-shape-drift      1      1       1        0*",
+        "*LG001  pool-shape-drift           1          1        0        0      1             1*",
     ])
 
 

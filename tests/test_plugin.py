@@ -337,9 +337,9 @@ def test_assert_violations_inside_a_test_handles_them(suite: pytest.Pytester) ->
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([
         "*lora_guard summary*",
-        "code   invariant              count  tests  failed  allowed",
-        "LG001  pool-shape-drift           1      1       0        1",
-        "LG201  registry-inconsistent      2      1       0        2",
+        "code   invariant              violations  unhandled  handled  no test  tests  tests failed",  # noqa: E501
+        "LG001  pool-shape-drift                1          0        1        0      1             0",  # noqa: E501
+        "LG201  registry-inconsistent           2          0        2        0      1             0",  # noqa: E501
     ])
 
 
@@ -374,9 +374,10 @@ SUMMARY_SUITE = {
 
 SUMMARY_LINES = [
     "*= lora_guard summary =*",
-    "code   invariant              count  tests  failed  allowed",
-    "LG003  cache-key-collision        7      6       7        0",
-    "LG201  registry-inconsistent      2      1       0        2",
+    "code   invariant              violations  unhandled  handled  no test  tests  tests failed",
+    # seven LG003 violations in six tests, all six failed by lora_guard
+    "LG003  cache-key-collision             7          7        0        0      6             6",
+    "LG201  registry-inconsistent           2          0        2        0      1             0",
     "LG003 in: test_one.py::test_once, test_one.py::test_twice, test_two.py::test_many[[]0[]], "
     "test_two.py::test_many[[]1[]], test_two.py::test_many[[]2[]] and 1 more",
     "LG201 in: test_one.py::test_slots",
@@ -387,7 +388,7 @@ def test_the_summary_counts_each_code_and_its_tests(suite: pytest.Pytester) -> N
     suite.makepyfile(**SUMMARY_SUITE)
     result = suite.runpytest("--lora-guard", "-p", "no:randomly")
     result.assert_outcomes(passed=2, failed=6)
-    result.stdout.fnmatch_lines(SUMMARY_LINES)
+    result.stdout.fnmatch_lines([*SUMMARY_LINES, "6 tests failed by lora_guard.*"])
 
 
 def test_under_xdist_workers_violations_are_counted_once_on_the_controller(
@@ -396,7 +397,7 @@ def test_under_xdist_workers_violations_are_counted_once_on_the_controller(
     suite.makepyfile(**SUMMARY_SUITE)
     result = suite.runpytest_subprocess("-n", "2", "--lora-guard", *QUIET)
     result.assert_outcomes(passed=2, failed=6)
-    result.stdout.fnmatch_lines(SUMMARY_LINES)
+    result.stdout.fnmatch_lines([*SUMMARY_LINES, "6 tests failed by lora_guard.*"])
     assert result.stdout.str().count("lora_guard summary") == 1
 
 
@@ -412,7 +413,7 @@ def test_violations_outside_any_test_are_in_the_summary(suite: pytest.Pytester) 
     result = suite.runpytest("--lora-guard")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
-        "LG201  registry-inconsistent      2      1       0        2",
+        "LG201  registry-inconsistent           2          0        0        2      0             0",  # noqa: E501
         "LG201 in: <outside any test>",
     ])
 
@@ -560,17 +561,29 @@ def test_the_plugin_imports_nothing_heavy_unless_enabled(pytester: pytest.Pytest
     assert not enabled & {"torch", "hypothesis", "numpy"}
 
 
-def test_an_invalid_marker_module_is_only_checked_when_enabled(
-    suite: pytest.Pytester,
+@pytest.mark.parametrize("flag", [(), ("--lora-guard",)], ids=["without-flag", "with-flag"])
+def test_a_misspelled_marker_code_is_a_collection_error_with_or_without_the_flag(
+    suite: pytest.Pytester, flag: tuple[str, ...],
 ) -> None:
     suite.makepyfile(test_typo=textwrap.dedent("""
         import pytest
 
-        @pytest.mark.lora_guard(allow=("LG01",))
+        @pytest.mark.lora_guard(expect=("LG9999",))
         def test_misspelled():
             pass
+
+        @pytest.mark.lora_guard(allow=("LG01",))
+        def test_close_to_a_code():
+            pass
     """))
-    suite.runpytest().assert_outcomes(passed=1)
+    result = suite.runpytest(*flag)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([
+        "*test_typo.py::test_misspelled: @pytest.mark.lora_guard(expect=...): 'LG9999' is not "
+        "a lora_guard code*",
+        "*test_typo.py::test_close_to_a_code: *'LG01' is not a lora_guard code (did you mean "
+        "'LG001'?)*",
+    ])
 
 
 def test_the_plugin_imports_no_other_lora_guard_module_unless_enabled(
@@ -579,3 +592,171 @@ def test_the_plugin_imports_no_other_lora_guard_module_unless_enabled(
     added = _modules_seen(pytester) - _modules_seen(pytester, "-p", "no:lora_guard")
     assert sorted(m for m in added if m.startswith("lora_guard")) == [
         "lora_guard", "lora_guard.pytest_plugin"]
+
+
+HANDLED_SUITE = """
+    import warnings
+
+    import pytest
+    import lora_guard as lg
+    from slots import swallow_lg201
+
+
+    def reconcile():
+        lg.check_slot_maps({"a": 0}, ["b"])
+
+
+    def test_raises_the_class():
+        with pytest.raises(lg.RegistryError):
+            reconcile()
+
+
+    def test_raises_a_base_with_match():
+        with pytest.raises(RuntimeError, match="slot 0 holds 'b'"):
+            reconcile()
+
+
+    def test_raises_the_function_form():
+        pytest.raises(lg.RegistryError, reconcile)
+
+
+    def test_an_exception_group_member():
+        def many():
+            errors = []
+            for _ in range(2):
+                try:
+                    reconcile()
+                except lg.RegistryError as e:
+                    errors.append(e)
+            raise ExceptionGroup("two loads failed", errors)
+        with pytest.RaisesGroup(lg.RegistryError, lg.RegistryError):
+            many()
+        with pytest.raises(ExceptionGroup):
+            many()
+
+
+    def test_warns_in_warn_mode():
+        lg.configure(mode="warn")
+        try:
+            with pytest.warns(lg.LoRAGuardWarning, match="slot 0 holds"):
+                reconcile()
+        finally:
+            lg.configure(mode="raise")
+
+
+    def test_swallowed_by_the_code_under_test():
+        swallow_lg201()
+
+
+    def test_raises_with_a_match_that_does_not_match():
+        with pytest.raises(lg.RegistryError, match="no such text"):
+            reconcile()
+
+
+    def test_warns_of_another_category_does_not_cover_it():
+        lg.configure(mode="warn")
+        try:
+            with pytest.warns(DeprecationWarning):
+                warnings.warn("old option", DeprecationWarning)
+                reconcile()
+        finally:
+            lg.configure(mode="raise")
+"""
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["in-process", "xdist"])
+def test_a_violation_caught_by_pytest_raises_or_warns_is_handled(
+    suite: pytest.Pytester, xdist: tuple[str, ...],
+) -> None:
+    suite.makepyfile(test_handled=HANDLED_SUITE)
+    if xdist:
+        result = suite.runpytest_subprocess("--lora-guard", *xdist, *QUIET)
+    else:
+        result = suite.runpytest("--lora-guard")
+    result.assert_outcomes(passed=5, failed=3)
+    result.stdout.fnmatch_lines_random([
+        "FAILED test_handled.py::test_swallowed_by_the_code_under_test - Failed: lora_*",
+        "FAILED test_handled.py::test_raises_with_a_match_that_does_not_match - Assert*",
+        "FAILED test_handled.py::test_warns_of_another_category_does_not_cover_it - *",
+    ])
+
+
+def test_lora_violations_is_a_sequence_like_recwarn(suite: pytest.Pytester) -> None:
+    suite.makepyfile(test_seq="""
+        import pytest
+        from slots import swallow_lg003, swallow_lg201
+
+        @pytest.mark.lora_guard(expect=("LG201", "LG003"))
+        def test_reads_them(lora_violations):
+            swallow_lg201()
+            swallow_lg003()
+            assert len(lora_violations) == 3
+            assert [v.code for v in lora_violations] == ["LG201", "LG201", "LG003"]
+            assert lora_violations[-1].code == "LG003"
+            assert lora_violations.pop("LG003").code == "LG003"
+            assert lora_violations.codes == ["LG201", "LG201"]
+            with pytest.raises(AssertionError, match="LG003 violation was not recorded"):
+                lora_violations.pop("LG003")
+            lora_violations.clear()
+            assert list(lora_violations) == []
+    """)
+    suite.runpytest("--lora-guard").assert_outcomes(passed=1)
+    suite.runpytest().assert_outcomes(passed=1)
+
+
+def test_a_thread_started_by_a_test_is_charged_to_it_and_a_late_one_to_no_other_test(
+    suite: pytest.Pytester,
+) -> None:
+    suite.makepyfile(test_threads="""
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+        from slots import swallow_lg201, swallow_lg003
+
+        POOL = ThreadPoolExecutor(max_workers=1)
+        late = threading.Event()
+        LATE = []
+
+        def test_a_starts_work_that_outlives_it():
+            def background():
+                late.wait(10)
+                swallow_lg003()
+            t = threading.Thread(target=background)
+            t.start()
+            LATE.append(t)
+
+        def test_b_unrelated():
+            late.set()
+            LATE[0].join()
+
+        def test_c_executor_work_is_charged_to_its_submitter():
+            POOL.submit(swallow_lg201).result()
+
+        def test_d_the_same_worker_thread_later_is_clean():
+            POOL.submit(lambda: None).result()
+    """)
+    result = suite.runpytest("--lora-guard", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines([
+        "FAILED test_threads.py::test_c_executor_work_is_charged_to_its_submitter - *",
+    ])
+    result.stdout.fnmatch_lines([
+        "LG003 in: <from test_threads.py::test_a_starts_work_that_outlives_it, after it ended>",
+    ])
+
+
+def test_a_dtype_violation_is_recorded_once(suite: pytest.Pytester) -> None:
+    suite.makepyfile(test_dtype="""
+        import pytest
+        import torch
+        import lora_guard as lg
+
+        @lg.shapes(a="rank hidden", dtypes=(torch.bfloat16,))
+        def set_lora_info(a):
+            return a
+
+        def test_a_float32_weight(lora_violations):
+            with pytest.raises(lg.ShapeContractError):
+                set_lora_info(torch.empty(4, 8, device="meta"))
+            assert lora_violations.codes == ["LG004"]
+    """)
+    suite.runpytest("--lora-guard").assert_outcomes(passed=1)

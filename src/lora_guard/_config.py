@@ -9,8 +9,9 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Literal, NoReturn
+from typing import Literal, NoReturn, overload
 
+from ._catalogue import INVARIANTS
 from ._errors import LoRAGuardWarning, Violation, error_class
 
 __all__ = ["Mode", "Recording", "configure", "get_mode", "recording", "report"]
@@ -87,15 +88,25 @@ def _mode_from_environment() -> None:
         warnings.warn(f"{exc} Using 'raise'.", UserWarning, stacklevel=2)
 
 
-class Recording:
+class Recording(Sequence[Violation]):
     """The violations reported while a `recording` block is open, from any thread.
+
+    A sequence, as pytest's ``recwarn``: iterate it, index it, take its ``len``; `pop`
+    removes and returns the first violation of a code, `clear` forgets them all, `codes`
+    lists their codes in order.
 
     Example:
         >>> import lora_guard as lg
+        >>> lg.configure(mode="record")
         >>> with lg.recording() as rec:
-        ...     pass
-        >>> rec.violations
+        ...     lg.check_slot_maps({"a": 0}, ["b"])
+        >>> len(rec), rec[0].code, [v.code for v in rec]
+        (2, 'LG201', ['LG201', 'LG201'])
+        >>> rec.pop("LG201").subject
+        'slot map'
+        >>> rec.clear(); rec.codes
         []
+        >>> lg.configure(mode="raise")
     """
 
     def __init__(self) -> None:
@@ -120,6 +131,44 @@ class Recording:
     def __len__(self) -> int:
         with self._lock:
             return len(self._violations)
+
+    @overload
+    def __getitem__(self, index: int) -> Violation: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Violation]: ...
+
+    def __getitem__(self, index: int | slice) -> Violation | list[Violation]:
+        with self._lock:
+            return self._violations[index]
+
+    def __iter__(self) -> Iterator[Violation]:
+        return iter(self.violations)  # a snapshot: other threads may add while you iterate
+
+    def pop(self, code: str | None = None) -> Violation:
+        """Remove and return the first violation of ``code`` (of any code if None).
+
+        Raises `AssertionError` naming the codes recorded when there is none, as
+        ``recwarn.pop`` does; `ValueError` for a string that is not a lora_guard code.
+        """
+        __tracebackhide__ = True
+        if code is not None and code not in INVARIANTS:
+            raise ValueError(
+                f"Recording.pop(code=...): {code!r} is not a lora_guard code; "
+                f"valid codes: {', '.join(INVARIANTS)}"
+            )
+        with self._lock:
+            for i, v in enumerate(self._violations):
+                if code is None or v.code == code:
+                    return self._violations.pop(i)
+            seen = [v.code for v in self._violations]
+        wanted = "a violation" if code is None else f"a {code} violation"
+        raise AssertionError(f"{wanted} was not recorded; recorded: {seen or 'nothing'}")
+
+    def clear(self) -> None:
+        """Forget every violation recorded so far."""
+        with self._lock:
+            self._violations.clear()
 
     def __repr__(self) -> str:
         return f"<Recording {self.codes}>"

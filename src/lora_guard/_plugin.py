@@ -14,15 +14,17 @@ session summary.
 
 from __future__ import annotations
 
+import contextvars
 import sys
 import threading
 from collections.abc import Generator, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import pytest
 
-from . import pytest_plugin, testing
+from . import pytest_plugin
 from ._catalogue import INVARIANTS
 from ._config import Mode, Recording, add_sink, configure, get_mode, remove_sink
 from ._errors import Violation
@@ -32,6 +34,7 @@ __all__ = ["REPORT_ATTRIBUTE", "LoRAGuardPlugin", "install"]
 REPORT_ATTRIBUTE = "lora_guard_violations"
 PLUGIN_NAME = "lora_guard_session"
 _OUTSIDE = "<outside any test>"
+_UNATTRIBUTED = "<unattributed thread>"
 _WORKER_KEY = "lora_guard_outside"
 _MAX_TESTS_LISTED = 5
 
@@ -63,11 +66,19 @@ class _TestState:
     observed: list[_Observed] = field(default_factory=list)
     failed_by_us: set[str] = field(default_factory=set)
     problem: str = ""
+    # id() of the violations whose exception reached a matching pytest.raises, or whose
+    # warning a pytest.warns matched: the test handled them as pytest itself decided.
+    caught: set[int] = field(default_factory=set)
+    nodeid: str = ""
+    finished: bool = False
+    example_start: int = 0  # index in observed where the running doctest example began
 
     def status(self, item: _Observed) -> str:
         code = item.violation.code
         if item.handled:
             return "captured"
+        if id(item.violation) in self.caught:
+            return "caught"
         if code in self.expect:
             return "expected"
         if code in self.allow:
@@ -76,7 +87,8 @@ class _TestState:
 
 
 _STATE_KEY = pytest.StashKey[_TestState]()
-_MARKS_KEY = pytest.StashKey[tuple[frozenset[str], frozenset[str]]]()
+_MARKS_KEY = pytest_plugin._MARKS_KEY
+_marker_codes = pytest_plugin._marker_codes
 
 
 def _parse_instrument(value: str) -> tuple[str, ...]:
@@ -115,27 +127,168 @@ def _load_integrations(names: Iterable[str]) -> list[tuple[str, _Instrumentable]
     return loaded
 
 
-def _marker_codes(item: pytest.Item) -> tuple[frozenset[str], frozenset[str]]:
-    """``allow`` and ``expect`` of every ``lora_guard`` marker on the item; ValueError if bad."""
-    allow: set[str] = set()
-    expect: set[str] = set()
-    for mark in item.iter_markers("lora_guard"):
-        if mark.args:
-            raise ValueError(
-                f"@pytest.mark.lora_guard takes keywords only, got positional {mark.args!r}; "
-                "write @pytest.mark.lora_guard(allow=('LG003',), expect=('LG001',))"
-            )
-        unknown = sorted(set(mark.kwargs) - {"allow", "expect"})
-        if unknown:
-            raise ValueError(
-                f"@pytest.mark.lora_guard: unknown keyword(s) {unknown}; it takes allow=(...) "
-                "(codes that may occur) and expect=(...) (codes that must occur)"
-            )
-        for key, target in (("allow", allow), ("expect", expect)):
-            if key in mark.kwargs:
-                target.update(testing.check_codes(
-                    mark.kwargs[key], where=f"@pytest.mark.lora_guard({key}=...)"))
-    return frozenset(allow), frozenset(expect)
+def _violations_in(exc: BaseException) -> list[object]:
+    """The violations carried by an exception that reached ``pytest.raises``, and by the
+    members of an exception group (nested groups included); not by its cause or context:
+    an error the code under test converted into another one was handled by that code."""
+    found: list[object] = []
+    stack: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        carried = getattr(e, "violations", None)
+        if isinstance(carried, list):
+            found.extend(carried)
+        members = getattr(e, "exceptions", None)  # an ExceptionGroup (or its backport)
+        if isinstance(members, tuple):
+            stack.extend(m for m in members if isinstance(m, BaseException))
+    return found
+
+
+def _mark_caught(violations: Iterable[object]) -> None:
+    """Tell the innermost session that the test caught these violations with pytest."""
+    if not _SESSIONS:
+        return
+    session = _SESSIONS[-1]
+    mark = getattr(session, "mark_caught", None)
+    if mark is not None:
+        mark(violations)
+
+
+def _wrap_raises_exit(original: Any) -> Any:
+    def __exit__(self: Any, exc_type: Any, exc_val: Any, exc_tb: Any) -> Any:
+        __tracebackhide__ = True
+        suppressed = original(self, exc_type, exc_val, exc_tb)
+        if suppressed and exc_val is not None:  # pytest matched it: the test handled it
+            _mark_caught(_violations_in(exc_val))
+        return suppressed
+
+    __exit__.__wrapped__ = original  # type: ignore[attr-defined]
+    __exit__.__lora_guard__ = True  # type: ignore[attr-defined]
+    return __exit__
+
+
+def _wrap_warns_exit(original: Any) -> Any:
+    def __exit__(self: Any, exc_type: Any, exc_val: Any, exc_tb: Any) -> Any:
+        __tracebackhide__ = True
+        try:
+            return original(self, exc_type, exc_val, exc_tb)
+        finally:  # the warnings pytest.warns matched (it re-emits the others)
+            _mark_caught(getattr(w.message, "violation", None) for w in list(self)
+                         if self.matches(w))
+
+    __exit__.__wrapped__ = original  # type: ignore[attr-defined]
+    __exit__.__lora_guard__ = True  # type: ignore[attr-defined]
+    return __exit__
+
+
+def _doctest_start(original: Any) -> Any:
+    def report_start(self: Any, out: Any, test: Any, example: Any) -> Any:
+        if _SESSIONS:
+            getattr(_SESSIONS[-1], "example_started", lambda: None)()
+        return original(self, out, test, example)
+
+    report_start.__wrapped__ = original  # type: ignore[attr-defined]
+    report_start.__lora_guard__ = True  # type: ignore[attr-defined]
+    return report_start
+
+
+def _doctest_success(original: Any) -> Any:
+    def report_success(self: Any, out: Any, test: Any, example: Any, got: Any) -> Any:
+        # An example whose expected output is the traceback it raised: doctest's own
+        # pytest.raises. What that example reported, the doctest expected.
+        if example.exc_msg is not None and _SESSIONS:
+            getattr(_SESSIONS[-1], "example_raised_as_expected", lambda: None)()
+        return original(self, out, test, example, got)
+
+    report_success.__wrapped__ = original  # type: ignore[attr-defined]
+    report_success.__lora_guard__ = True  # type: ignore[attr-defined]
+    return report_success
+
+
+def _pytest_catchers() -> list[tuple[type, Any]]:
+    from _pytest import raises as raises_module
+    from _pytest import recwarn
+
+    return [(raises_module.RaisesExc, _wrap_raises_exit),
+            (raises_module.RaisesGroup, _wrap_raises_exit),
+            (recwarn.WarningsChecker, _wrap_warns_exit)]
+
+
+def _doctest_catchers() -> list[tuple[type, str, Any]]:
+    import doctest
+
+    return [(doctest.DocTestRunner, "report_start", _doctest_start),
+            (doctest.DocTestRunner, "report_success", _doctest_success)]
+
+
+def _observe_pytest_catchers() -> None:
+    """Wrap ``__exit__`` of pytest.raises / RaisesGroup / pytest.warns, once per process.
+
+    The wrapper lets pytest decide exactly as it always does, then files the violations of
+    what pytest accepted as caught by the test. (A nested pytester run finds them wrapped.)
+    """
+    for cls, wrap in _pytest_catchers():
+        current = cls.__dict__["__exit__"]
+        if not getattr(current, "__lora_guard__", False):
+            cls.__exit__ = wrap(current)  # type: ignore[attr-defined]
+    for cls, name, wrap in _doctest_catchers():
+        current = cls.__dict__[name]
+        if not getattr(current, "__lora_guard__", False):
+            setattr(cls, name, wrap(current))
+
+
+def _restore_pytest_catchers() -> None:
+    for cls, _ in _pytest_catchers():
+        current = cls.__dict__["__exit__"]
+        if getattr(current, "__lora_guard__", False):
+            cls.__exit__ = current.__wrapped__  # type: ignore[attr-defined]
+    for cls, name, _ in _doctest_catchers():
+        current = cls.__dict__[name]
+        if getattr(current, "__lora_guard__", False):
+            setattr(cls, name, current.__wrapped__)
+
+
+def _thread_start(original: Any) -> Any:
+    def start(self: threading.Thread) -> None:
+        # The thread runs in a copy of the starter's context: a test's identity goes with it.
+        context = contextvars.copy_context()
+        run = self.run
+        self.run = lambda: context.run(run)  # type: ignore[method-assign]
+        original(self)
+
+    start.__wrapped__ = original  # type: ignore[attr-defined]
+    start.__lora_guard__ = True  # type: ignore[attr-defined]
+    return start
+
+
+def _executor_submit(original: Any) -> Any:
+    def submit(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        # Each work item runs in the submitter's context, whichever worker thread takes it.
+        return original(self, contextvars.copy_context().run, fn, *args, **kwargs)
+
+    submit.__wrapped__ = original  # type: ignore[attr-defined]
+    submit.__lora_guard__ = True  # type: ignore[attr-defined]
+    return submit
+
+
+def _carriers() -> list[tuple[type, str, Any]]:
+    return [(threading.Thread, "start", _thread_start),
+            (ThreadPoolExecutor, "submit", _executor_submit)]
+
+
+def _carry_test_into_threads(carry: bool) -> None:
+    """Copy the starter's context into threads and executor work started while observing."""
+    for cls, name, wrap in _carriers():
+        current = cls.__dict__[name]
+        wrapped = getattr(current, "__lora_guard__", False)
+        if carry and not wrapped:
+            setattr(cls, name, wrap(current))
+        elif not carry and wrapped:
+            setattr(cls, name, current.__wrapped__)
 
 
 def _format(observed: Iterable[tuple[str, dict[str, Any]]]) -> str:
@@ -166,7 +319,10 @@ class LoRAGuardPlugin:
         self.integrations = integrations
         self.instrumented: list[tuple[str, _Instrumentable]] = []
         self.previous_mode: Mode | None = None
-        self.current: _TestState | None = None
+        # The running test, carried by contextvars into the threads and executor work it
+        # starts (see _carry_test_into_threads); one variable per session (pytester nests).
+        self.current: contextvars.ContextVar[_TestState | None] = contextvars.ContextVar(
+            f"lora_guard_test_{id(self)}", default=None)
         self.outside: list[dict[str, Any]] = []
         # code -> nodeid -> statuses (one per violation), filled from reports on the controller
         self.totals: dict[str, dict[str, list[str]]] = {}
@@ -180,15 +336,36 @@ class LoRAGuardPlugin:
         # The testing module the test imported (a nested run may have re-imported it).
         capturing = sys.modules.get("lora_guard.testing")
         handled = bool(capturing is not None and getattr(capturing, "_ACTIVE", None))
-        state = self.current
-        if state is None:
+        state = self.current.get()
+        if state is None or state.finished:
             data = _as_dict(_Observed("outside", violation, handled),
                             "captured" if handled else "observed")
+            if state is not None:  # from work a test started, after that test ended
+                data["test"] = f"<from {state.nodeid}, after it ended>"
+            elif threading.current_thread() is not threading.main_thread():
+                data["test"] = _UNATTRIBUTED  # a thread no test started
             with self._lock:
                 self.outside.append(data)
             return
         state.observed.append(_Observed(state.when, violation, handled))
         state.recording._add(violation)
+
+    def example_started(self) -> None:
+        state = self.current.get()
+        if state is not None:
+            state.example_start = len(state.observed)
+
+    def example_raised_as_expected(self) -> None:
+        state = self.current.get()
+        if state is not None:
+            state.caught.update(id(o.violation) for o in state.observed[state.example_start:])
+
+    def mark_caught(self, violations: Iterable[object]) -> None:
+        state = self.current.get()
+        if state is None:
+            return
+        ids = {id(v) for v in violations if v is not None}
+        state.caught.update(id(o.violation) for o in state.observed if id(o.violation) in ids)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -200,6 +377,8 @@ class LoRAGuardPlugin:
             self.previous_mode = get_mode()
             configure(mode="raise")
             _SESSIONS.append(self)
+            _observe_pytest_catchers()
+            _carry_test_into_threads(True)
             add_sink(self.sink)
 
     def stop(self) -> None:
@@ -207,6 +386,9 @@ class LoRAGuardPlugin:
             remove_sink(self.sink)
             if self in _SESSIONS:
                 _SESSIONS.remove(self)
+            if not _SESSIONS:
+                _restore_pytest_catchers()
+                _carry_test_into_threads(False)
             if self.previous_mode is not None:
                 configure(mode=self.previous_mode)
         while self.instrumented:
@@ -227,32 +409,6 @@ class LoRAGuardPlugin:
     def state_of(self, item: pytest.Item) -> _TestState | None:
         return item.stash.get(_STATE_KEY, None)
 
-    # -- collection: validate markers -----------------------------------------------------
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_make_collect_report(
-        self, collector: pytest.Collector
-    ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
-        # A bad marker is a collection error of the module (or class) that holds the test:
-        # the run stops before any test, names the test and the code, in xdist workers too.
-        report = yield
-        if not self.enabled or not report.passed:
-            return report
-        problems = []
-        for node in report.result:
-            if isinstance(node, pytest.Item):
-                try:
-                    node.stash[_MARKS_KEY] = _marker_codes(node)
-                except (ValueError, TypeError) as exc:
-                    problems.append(f"{node.nodeid}: {exc}")
-        if problems:
-            report.outcome = "failed"
-            report.longrepr = (
-                "lora_guard: @pytest.mark.lora_guard cannot be honoured:\n  "
-                + "\n  ".join(problems)
-            )
-        return report
-
     # -- running a test -----------------------------------------------------------------
 
     @pytest.hookimpl(wrapper=True)
@@ -268,11 +424,13 @@ class LoRAGuardPlugin:
                 marks, problem = (frozenset(), frozenset()), str(exc)
         state = item.stash[_STATE_KEY] = _TestState(
             allow=marks[0], expect=marks[1], problem=problem)
-        self.current = state
+        state.nodeid = item.nodeid
+        token = self.current.set(state)
         try:
             return (yield)
         finally:
-            self.current = None
+            state.finished = True
+            self.current.reset(token)
 
     def _phase(self, item: pytest.Item, when: str) -> Generator[None, None, None]:
         state = item.stash.get(_STATE_KEY, None)
@@ -303,9 +461,10 @@ class LoRAGuardPlugin:
             )
             lines.append(_format((s, o.violation.to_dict()) for s, o in failing))
             lines.append(
-                "Fix the code, or declare it: @pytest.mark.lora_guard(allow=(...)) lets a "
-                "code pass, expect=(...) requires it; lora_guard.testing.assert_violations "
-                "checks it inside the test."
+                "Fix the code, or say the test expects it: pytest.raises(...) around the "
+                "call (pytest.warns in warn mode), @pytest.mark.lora_guard(expect=(...)) "
+                "requires a code, allow=(...) lets it pass; a violation the code under test "
+                "swallowed is seen only by the marker or lora_guard.testing.assert_violations."
             )
         for code in missing:
             lines.append(
@@ -372,19 +531,28 @@ class LoRAGuardPlugin:
         if not self.enabled or hasattr(self.config, "workerinput"):
             return
         for v in self.outside:
-            self.totals.setdefault(v["code"], {}).setdefault(_OUTSIDE, []).append(v["status"])
+            where = v.get("test", _OUTSIDE)
+            self.totals.setdefault(v["code"], {}).setdefault(where, []).append(v["status"])
         if not self.totals:
             return
         tr = terminalreporter
         tr.write_sep("=", "lora_guard summary")
-        rows = [("code", "invariant", "count", "tests", "failed", "allowed")]
+        # Violations and tests are counted apart: a test with three LG001 is one test.
+        rows = [("code", "invariant", "violations", "unhandled", "handled", "no test",
+                 "tests", "tests failed")]
+        failing_tests: set[str] = set()
         for code in sorted(self.totals):
             by_test = self.totals[code]
             statuses = [s for per in by_test.values() for s in per]
-            failed = statuses.count("failed")
+            unhandled = statuses.count("failed")
+            failed_here = {t for t, per in by_test.items() if "failed" in per}
+            failing_tests |= failed_here
+            tests = [t for t in by_test if not t.startswith("<")]
             rows.append((code, INVARIANTS[code].slug if code in INVARIANTS else "?",
-                         str(len(statuses)), str(len(by_test)), str(failed),
-                         str(len(statuses) - failed)))
+                         str(len(statuses)), str(unhandled),
+                         str(len(statuses) - unhandled - statuses.count("observed")),
+                         str(statuses.count("observed")),
+                         str(len(tests)), str(len(failed_here - {_OUTSIDE, _UNATTRIBUTED}))))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             cells = zip(r, widths, strict=True)
@@ -396,9 +564,12 @@ class LoRAGuardPlugin:
             shown = ", ".join(tests[:_MAX_TESTS_LISTED])
             more = len(tests) - _MAX_TESTS_LISTED
             tr.write_line(f"{code} in: {shown}" + (f" and {more} more" if more > 0 else ""))
+        n_failed = len(failing_tests - {_OUTSIDE, _UNATTRIBUTED})
         tr.write_line(
-            "allowed: by @pytest.mark.lora_guard, by lora_guard.testing, or outside tests; "
-            "`lora-guard explain CODE` for fixes"
+            f"{n_failed} test{'' if n_failed == 1 else 's'} failed by lora_guard. handled: "
+            "caught by pytest.raises / pytest.warns, declared by @pytest.mark.lora_guard, "
+            "asserted with lora_guard.testing; violations outside any test or from threads no "
+            "test owns are listed, never charged to a test. `lora-guard explain CODE` for fixes"
         )
 
     def recording_for(self, item: pytest.Item) -> Recording | None:

@@ -279,6 +279,7 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
         "_lg_dtypes": guard.dtypes,
         "_lg_calls": guard.function_store.calls,
         "_lg_key": guard.fast_key,
+        "_lg_Slow": _Slow,
     }
     saw_kw_only_marker = False
     previous_kind = None
@@ -348,15 +349,19 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
                 lines.append(f"        {', '.join(targets)} = {arg}.shape")
             for i in range(n):
                 local[(arg, i)] = targets[i]
+        # Inside the try, leave it (raise _lg_Slow) rather than call the slow path there:
+        # the slow path's ShapeContractError is a ValueError, and the except below would
+        # run the slow path a second time, reporting the violation twice.
         if guard.dtypes is not None:
             lines.append(f"        if {arg}.dtype not in _lg_dtypes:")
-            lines.append(f"            {slow_call}")
+            lines.append("            raise _lg_Slow")
     if guard.same_dtype and len(specs) > 1:
         first, *rest = specs
         cond = " or ".join(f"{a}.dtype != {first}.dtype" for a in rest)
         lines.append(f"        if {cond}:")
-        lines.append(f"            {slow_call}")
-    lines += ["    except (AttributeError, TypeError, ValueError):", f"        {slow_call}"]
+        lines.append("            raise _lg_Slow")
+    lines += ["    except (AttributeError, TypeError, ValueError, _lg_Slow):",
+              f"        {slow_call}"]
     if checks_after_len:
         lines += [f"    if {' or '.join(checks_after_len)}:", f"        {slow_call}"]
 
@@ -412,6 +417,10 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
     wrapper = namespace[lines[0][4:].split("(", 1)[0]]
     wrapper.__lora_guard_source__ = source
     return cast("Callable[..., Any]", wrapper)
+
+
+class _Slow(Exception):
+    """Raised by the compiled fast path to hand a call to the slow path, outside its try."""
 
 
 def _dtype_set(dtypes: Iterable[Any]) -> frozenset[Any]:

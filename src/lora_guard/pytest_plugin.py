@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,61 @@ __all__ = ["lora_violations", "make_adapter"]
 
 # The enabled sessions of this process, innermost last; see lora_guard._plugin.
 _SESSIONS: list[object] = []
+# allow/expect of each item's lora_guard markers, validated at collection.
+_MARKS_KEY = pytest.StashKey[tuple[frozenset[str], frozenset[str]]]()
+
+
+def _marker_codes(item: pytest.Item) -> tuple[frozenset[str], frozenset[str]]:
+    """``allow`` and ``expect`` of every ``lora_guard`` marker on the item; ValueError if bad."""
+    from ._codes import check_codes  # the catalogue only: no torch, no guard
+
+    allow: set[str] = set()
+    expect: set[str] = set()
+    for mark in item.iter_markers("lora_guard"):
+        if mark.args:
+            raise ValueError(
+                f"@pytest.mark.lora_guard takes keywords only, got positional {mark.args!r}; "
+                "write @pytest.mark.lora_guard(allow=('LG003',), expect=('LG001',))"
+            )
+        unknown = sorted(set(mark.kwargs) - {"allow", "expect", "reason"})
+        if unknown:
+            raise ValueError(
+                f"@pytest.mark.lora_guard: unknown keyword(s) {unknown}; it takes allow=(...) "
+                "(codes that may occur), expect=(...) (codes that must occur) and reason=..."
+            )
+        for key, target in (("allow", allow), ("expect", expect)):
+            if key in mark.kwargs:
+                target.update(check_codes(
+                    mark.kwargs[key], where=f"@pytest.mark.lora_guard({key}=...)"))
+    return frozenset(allow), frozenset(expect)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    # Markers are checked whenever the plugin is installed, with or without --lora-guard, as
+    # --strict-markers checks names: a misspelled code is a collection error of the module
+    # (or class) holding the test, naming the test, the code and the closest code. Not a
+    # UsageError: under xdist a worker's UsageError is lost; a collection error reaches the
+    # controller and stops the run before any test.
+    report = yield
+    if not report.passed:
+        return report
+    problems = []
+    for node in report.result:
+        if isinstance(node, pytest.Item) and node.get_closest_marker("lora_guard") is not None:
+            try:
+                node.stash[_MARKS_KEY] = _marker_codes(node)
+            except (ValueError, TypeError) as exc:
+                problems.append(f"{node.nodeid}: {exc}")
+    if problems:
+        report.outcome = "failed"
+        report.longrepr = (
+            "lora_guard: @pytest.mark.lora_guard cannot be honoured:\n  "
+            + "\n  ".join(problems)
+        )
+    return report
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,7 +108,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "lora_guard(allow=(), expect=()): codes this test allows, and codes it expects to occur",
+        "lora_guard(allow=(), expect=(), reason=''): codes this test allows, and codes it "
+        "expects to occur (checked at collection)",
     )
     enabled = config.getoption("--lora-guard")
     if enabled is None:

@@ -19,10 +19,8 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import os
-import re
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -30,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._catalogue import INVARIANTS
+from ._codes import check_codes
 from ._config import Recording, add_sink, remove_sink
 from ._errors import LoRAGuardError
 
@@ -57,54 +56,6 @@ def __getattr__(name: str) -> Any:
 
         return getattr(_adapter_writer, name)
     raise AttributeError(f"module 'lora_guard.testing' has no attribute {name!r}")
-
-
-def check_codes(codes: str | Iterable[str], *, where: str) -> tuple[str, ...]:
-    """Validate invariant codes (one code or several); return them as a tuple.
-
-    Raises `ValueError` naming each unknown code, the closest known code, and every valid
-    code, so a misspelling is caught where it is written, not as a silently unmet check.
-
-    Example:
-        >>> from lora_guard.testing import check_codes
-        >>> check_codes("LG001", where="allow")
-        ('LG001',)
-        >>> check_codes(["LG01"], where="allow")
-        Traceback (most recent call last):
-        ...
-        ValueError: allow: 'LG01' is not a lora_guard code (did you mean 'LG001'?) ...
-    """
-    if isinstance(codes, str):
-        codes = (codes,)
-    try:
-        items = tuple(codes)
-    except TypeError:
-        raise TypeError(
-            f"{where}: expected a code or a tuple of codes such as ('LG001', 'LG003'), "
-            f"got {type(codes).__name__}"
-        ) from None
-    problems = []
-    for code in items:
-        if not isinstance(code, str):
-            problems.append(f"{code!r} is not a string")
-        elif code not in INVARIANTS:
-            close = _closest(code)
-            guess = f" (did you mean {close!r}?)" if close else ""
-            problems.append(f"{code!r} is not a lora_guard code{guess}")
-    if problems:
-        raise ValueError(
-            f"{where}: {'; '.join(problems)}; valid codes: {', '.join(INVARIANTS)} "
-            "(`lora-guard codes` lists them with their names)."
-        )
-    return items
-
-
-def _closest(code: str) -> str | None:
-    digits = re.sub(r"\D", "", code)
-    if digits and f"LG{int(digits):03d}" in INVARIANTS:  # 'lg1', 'LG01', 'LG-001'
-        return f"LG{int(digits):03d}"
-    close = difflib.get_close_matches(code.upper(), list(INVARIANTS), n=1, cutoff=0.75)
-    return close[0] if close else None
 
 
 @contextmanager
