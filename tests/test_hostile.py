@@ -356,6 +356,16 @@ def test_a_fifo_or_a_duplicate_key_as_the_base_config_is_refused_without_blockin
     assert "duplicate key 'hidden_size'" in lines[1]
 
 
+def test_a_bogus_mode_variable_does_not_fail_the_import_under_w_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", "import lora_guard as lg; print(lg.get_mode())"],
+        env={**os.environ, "LORA_GUARD_MODE": "bogus"}, capture_output=True, text=True,
+        timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "raise"  # the safe default
+    assert "LORA_GUARD_MODE must be one of" in done.stderr
+
+
 # --- round 2: the guards --------------------------------------------------------------------
 
 
@@ -380,6 +390,27 @@ def test_every_way_of_storing_into_a_guarded_cache_is_checked_all_or_nothing() -
     cache = lg.GuardedCache({"k": old})
     with pytest.raises(lg.CacheKeyCollisionError):
         cache |= {"k": new}
+
+
+def test_a_copied_pool_has_its_own_frozen_dims() -> None:
+    import copy
+    torch = pytest.importorskip("torch")
+
+    class Pool:
+        @lg.shapes(a="slots rank", frozen=("rank",))
+        def set_lora(self, a: Any) -> None:
+            pass
+
+    pool = Pool()
+    pool.set_lora(torch.empty(2, 8))
+    for twin in (copy.copy(pool), copy.deepcopy(pool)):
+        assert lg.frozen_dims(twin) == {"rank": 8}  # a copy starts where the original is
+        lg.unfreeze(twin)
+        twin.set_lora(torch.empty(2, 16))
+        assert lg.frozen_dims(twin) == {"rank": 16}
+        assert lg.frozen_dims(pool) == {"rank": 8}  # the original is not rebound
+        with pytest.raises(lg.PoolShapeDriftError):
+            pool.set_lora(torch.empty(2, 16))
 
 
 @pytest.mark.parametrize(("value", "error", "says"), [

@@ -85,7 +85,11 @@ def _mode_from_environment() -> None:
     try:
         configure(mode=_check_mode(value.strip().lower(), "LORA_GUARD_MODE"))
     except ValueError as exc:  # a bad variable must not stop a server from importing us
-        warnings.warn(f"{exc} Using 'raise'.", UserWarning, stacklevel=2)
+        text = f"{exc} Using 'raise'."
+        try:
+            warnings.warn(text, UserWarning, stacklevel=2)
+        except Warning:  # python -W error: still say it, but never fail the import
+            sys.stderr.write(f"lora_guard: warning: {text}\n")
 
 
 class Recording(Sequence[Violation]):

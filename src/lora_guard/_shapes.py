@@ -34,9 +34,10 @@ _UNWEAKREFABLE_STORES: dict[int, tuple[Any, _FrozenStore]] = {}
 class _FrozenStore:
     """The dims frozen on one owner (instance, class, or plain function)."""
 
-    __slots__ = ("__weakref__", "calls", "confirmed", "dims", "origin")
+    __slots__ = ("__weakref__", "calls", "confirmed", "dims", "origin", "owner")
 
     def __init__(self) -> None:
+        self.owner = 0  # id() of the instance whose __dict__ holds it (0: not an instance)
         self.dims: dict[str, int] = {}
         self.origin: dict[str, str] = {}  # dim -> function that froze it
         # For plain functions: guard key -> the tuple of its frozen dims, read by the fast
@@ -51,8 +52,15 @@ class _FrozenStore:
                 "confirmed": self.confirmed}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        self.owner = 0
         self.dims, self.origin, self.calls = state["dims"], state["origin"], state["calls"]
         self.confirmed = state.get("confirmed", set(self.dims))
+
+    def copy(self) -> _FrozenStore:
+        new = _FrozenStore()
+        new.dims, new.origin = dict(self.dims), dict(self.origin)
+        new.calls, new.confirmed = dict(self.calls), set(self.confirmed)
+        return new
 
 
 def _store_of(owner: Any, *, create: bool) -> _FrozenStore | None:
@@ -67,6 +75,14 @@ def _store_of(owner: Any, *, create: bool) -> _FrozenStore | None:
     if namespace is not None:
         found = namespace.get(_STORE_KEY)
         if isinstance(found, _FrozenStore):
+            if found.owner in (0, id(owner)) or isinstance(owner, type):
+                found.owner = found.owner or (0 if isinstance(owner, type) else id(owner))
+                return found
+            # copy.copy(pool) shares the original's __dict__ entries: the copy gets its own
+            # store, starting from the dims frozen so far, so freezing one never binds both
+            with _LOCK:
+                found = namespace[_STORE_KEY] = found.copy()
+                found.owner = id(owner)
             return found
         if not create:
             return None
@@ -74,6 +90,7 @@ def _store_of(owner: Any, *, create: bool) -> _FrozenStore | None:
         if isinstance(owner, type):
             setattr(owner, _STORE_KEY, created)
         else:
+            created.owner = id(owner)
             namespace[_STORE_KEY] = created
         return created
     try:
