@@ -318,8 +318,8 @@ def _inline_where(where: Callable[..., Any], bound: set[str]) -> str | None:
 
     class _ToLocals(ast.NodeTransformer):
         def visit_Subscript(self, sub: ast.Subscript) -> ast.AST:
-            key = cast(ast.Constant, sub.slice)
-            return ast.copy_location(ast.Name(id=f"_lg_d_{key.value}", ctx=ast.Load()), sub)
+            name = str(cast(ast.Constant, sub.slice).value)
+            return ast.copy_location(ast.Name(id=f"_lg_d_{name}", ctx=ast.Load()), sub)
 
     return ast.unparse(_ToLocals().visit(body).body)
 
