@@ -4,6 +4,7 @@ derived pools `_w1_delta (S, n*2F, 2R)` and `_a_cat (S, R, n*F)`, later calls re
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 from typing import Any
@@ -421,3 +422,61 @@ def test_torch_compile_traces_through_without_a_graph_break() -> None:
     out = compiled(torch.ones(2, 4))
     assert torch.equal(out, torch.full((2, 4), 3.0))
     assert lg.frozen_dims(pool) == {}  # the guard stood aside while tracing
+
+
+def _readme_sink() -> Any:
+    class SharedSink(torch.nn.Module):
+        @lg.shapes(
+            gate_up_a="slots outer 2*rank hidden",
+            gate_up_b="slots n 2*f rank",
+            down_a="slots n rank f",
+            down_b="slots outer hidden rank",
+            where=lambda d: d["outer"] in (1, d["n"]),
+            frozen=("slots", "n", "f", "rank"),
+        )
+        def set_lora_info(self, gate_up_a: Any, gate_up_b: Any, down_a: Any,
+                          down_b: Any) -> None: ...
+
+    return SharedSink
+
+
+def test_the_readme_where_runs_inline_in_the_wrapper_without_a_dict_per_call() -> None:
+    sink_cls = _readme_sink()
+    source = sink_cls.set_lora_info.__lora_guard_source__
+    assert "_lg_where(" not in source  # the lambda's body is compiled into the wrapper
+    assert "_lg_d_outer in (1, _lg_d_n)" in source
+    sink = sink_cls()
+    meta = functools.partial(torch.empty, device="meta")
+    sink.set_lora_info(meta(4, 1, 32, 64), meta(4, 8, 64, 16), meta(4, 8, 16, 32),
+                       meta(4, 1, 64, 16))
+    sink.set_lora_info(meta(4, 8, 32, 64), meta(4, 8, 64, 16), meta(4, 8, 16, 32),
+                       meta(4, 8, 64, 16))  # outer == n: per-expert, allowed
+    with pytest.raises(lg.ShapeContractError) as info:  # outer 3: neither 1 nor n
+        sink.set_lora_info(meta(4, 3, 32, 64), meta(4, 8, 64, 16), meta(4, 8, 16, 32),
+                           meta(4, 3, 64, 16))
+    assert info.value.code == "LG004"
+
+
+def test_a_where_that_reads_a_global_is_still_called_with_the_dims() -> None:
+    seen: list[dict[str, int]] = []
+
+    def predicate(d: dict[str, int]) -> bool:
+        seen.append(dict(d))
+        return d["rank"] <= 16
+
+    @lg.shapes(a="slots rank", where=predicate)
+    def load(a: Any) -> None: ...
+
+    assert "_lg_where(" in load.__lora_guard_source__
+    load(torch.empty(2, 8, device="meta"))
+    assert seen[-1] == {"slots": 2, "rank": 8}
+    with pytest.raises(lg.ShapeContractError):
+        load(torch.empty(2, 32, device="meta"))
+    limit = 4
+
+    @lg.shapes(a="slots rank", where=lambda d: d["rank"] <= limit)
+    def closure(a: Any) -> None: ...
+
+    assert "_lg_where(" in closure.__lora_guard_source__  # a closure: called, not inlined
+    with pytest.raises(lg.ShapeContractError):
+        closure(torch.empty(2, 8, device="meta"))

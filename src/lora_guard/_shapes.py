@@ -9,8 +9,11 @@ with the reference interpreter in ``_dims``, reports, and keeps the state transa
 
 from __future__ import annotations
 
+import ast
+import copy
 import functools
 import inspect
+import linecache
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -281,6 +284,74 @@ def _dim_order(specs: Mapping[str, DimSpec]) -> list[tuple[str, int]]:
     return sorted(items, key=lambda item: specs[item[0]].dims[item[1]].kind == "multiple")
 
 
+# What an inlined ``where`` may contain: arithmetic, comparisons and boolean logic over
+# constants and its argument subscripted with constant dim names, nothing that calls or looks
+# up a name (so the inlined expression means exactly what the lambda computes).
+_INLINE_NODES = (
+    ast.Expression, ast.Compare, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.IfExp, ast.Constant,
+    ast.Tuple, ast.List, ast.Set, ast.Subscript, ast.Name, ast.Load,
+    ast.boolop, ast.operator, ast.unaryop, ast.cmpop,
+)
+
+
+def _inline_where(where: Callable[..., Any], bound: set[str]) -> str | None:
+    """The body of a ``lambda d: ...`` over ``d["dim"]`` as an expression over the wrapper's
+    dim locals (``_lg_d_dim``), or None when it is anything else (then it is called)."""
+    code = getattr(where, "__code__", None)
+    if (code is None or getattr(where, "__name__", "") != "<lambda>" or code.co_argcount != 1
+            or code.co_kwonlyargcount or code.co_posonlyargcount
+            or getattr(where, "__defaults__", None) or getattr(where, "__closure__", None)):
+        return None
+    try:
+        lines = linecache.getlines(code.co_filename)
+        tree = ast.parse("".join(lines)) if lines else None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if tree is None:
+        return None
+    found = [node for node in ast.walk(tree) if isinstance(node, ast.Lambda)
+             and node.lineno == code.co_firstlineno and _same_lambda(node, code)]
+    if len(found) != 1:
+        return None
+    node = found[0]
+    arg = node.args.args[0].arg
+    body = ast.Expression(body=copy.deepcopy(node.body))
+    for sub in ast.walk(body):
+        if not isinstance(sub, _INLINE_NODES):
+            return None
+        if isinstance(sub, ast.Name) and sub.id != arg:
+            return None  # a global or a builtin: keep the lambda's own lookup
+    for sub in ast.walk(body):  # every use of the argument is d["dim"] with a bound dim
+        if isinstance(sub, ast.Subscript):
+            key = sub.slice
+            if not (isinstance(sub.value, ast.Name) and sub.value.id == arg
+                    and isinstance(key, ast.Constant) and isinstance(key.value, str)
+                    and key.value in bound):
+                return None
+    n_names = sum(isinstance(sub, ast.Name) for sub in ast.walk(body))
+    n_subs = sum(isinstance(sub, ast.Subscript) for sub in ast.walk(body))
+    if n_names != n_subs:
+        return None  # the argument used otherwise than subscripted
+
+    class _ToLocals(ast.NodeTransformer):
+        def visit_Subscript(self, sub: ast.Subscript) -> ast.AST:
+            name = str(cast(ast.Constant, sub.slice).value)
+            return ast.copy_location(ast.Name(id=f"_lg_d_{name}", ctx=ast.Load()), sub)
+
+    return ast.unparse(_ToLocals().visit(body).body)
+
+
+def _same_lambda(node: ast.Lambda, code: Any) -> bool:
+    """Whether ``node`` compiles to ``code`` (the lambda found is the one passed)."""
+    try:
+        compiled = compile(ast.Expression(body=node), code.co_filename, "eval")
+    except (SyntaxError, ValueError, TypeError):
+        return False
+    inner = [c for c in compiled.co_consts if hasattr(c, "co_code")]
+    return len(inner) == 1 and inner[0].co_code == code.co_code and \
+        inner[0].co_consts == code.co_consts and inner[0].co_names == code.co_names
+
+
 def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
     """Generate the wrapper's source: the function's own signature, then straight-line checks."""
     import torch  # a decorated function works on tensors, so torch is there already
@@ -412,8 +483,11 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
                 bound.add(dim.name)
     flush()
     if guard.where is not None:
-        mapping = ", ".join(f"{name!r}: _lg_d_{name}" for name in sorted(bound))
-        lines += [f"    if not _lg_where({{{mapping}}}):", f"        {slow_call}"]
+        inline = _inline_where(guard.where, bound)
+        if inline is None:  # not a plain expression over its dims: call it with a dict
+            mapping = ", ".join(f"{name!r}: _lg_d_{name}" for name in sorted(bound))
+            inline = f"_lg_where({{{mapping}}})"
+        lines += [f"    if not ({inline}):", f"        {slow_call}"]
     if guard.frozen:
         values = ", ".join(f"_lg_d_{d}" for d in guard.frozen) + ","
         if guard.owner_param:
