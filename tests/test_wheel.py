@@ -121,3 +121,29 @@ def test_the_guards_and_the_plugin_work_without_torch(installed: Path, tmp_path:
     assert "1 failed, 1 passed" in done.stdout, done.stdout
     assert "LG003" in done.stdout
 
+
+def test_shapes_guards_objects_with_shape_and_dtype_without_torch(installed: Path) -> None:
+    python = installed / "venv" / "bin" / "python"
+    done = sh(python, "-c", (
+        "import collections, sys\n"
+        "import lora_guard as lg\n"
+        "Meta = collections.namedtuple('Meta', 'shape dtype')\n"
+        "class Pool:\n"
+        "    @lg.shapes(a='slots rank hidden', frozen=('slots', 'rank'), dtypes=('bfloat16',))\n"
+        "    def set_lora_info(self, a):\n"
+        "        return a.shape\n"
+        "pool = Pool()\n"
+        "print(pool.set_lora_info(Meta((4, 16, 64), 'bfloat16')))\n"
+        "for bad in (Meta((4, 8, 64), 'bfloat16'), Meta((4, 16, 64), 'float16')):\n"
+        "    try:\n"
+        "        pool.set_lora_info(bad)\n"
+        "    except lg.LoRAGuardError as err:\n"
+        "        print(err.code)\n"
+        "try:\n"
+        "    lg.shapes(a='n', dtypes=('float13',))\n"
+        "except ValueError as err:\n"
+        "    print(str(err).split(';')[0])\n"
+        "print('torch' in sys.modules)\n"))
+    assert done.stdout.splitlines() == [
+        "(4, 16, 64)", "LG001", "LG004",
+        "lora_guard.shapes(dtypes=...): 'float13' is not a dtype name", "False"]

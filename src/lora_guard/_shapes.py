@@ -354,15 +354,13 @@ def _same_lambda(node: ast.Lambda, code: Any) -> bool:
 
 def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
     """Generate the wrapper's source: the function's own signature, then straight-line checks."""
-    import torch  # a decorated function works on tensors, so torch is there already
-
     fn, specs = guard.fn, guard.specs
     params, call_parts, pack_args, pack_kwargs = [], [], [], []
     namespace: dict[str, Any] = {
         "_lg_fn": fn,
         "_lg_state": STATE,
         "_lg_slow": guard.slow,
-        "_lg_compiling": torch.compiler.is_dynamo_compiling,
+        "_lg_compiling": _dynamo_compiling(),
         "_lg_where": guard.where,
         "_lg_dtypes": guard.dtypes,
         "_lg_calls": guard.function_store.calls,
@@ -510,12 +508,40 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
     return cast("Callable[..., Any]", wrapper)
 
 
+def _dynamo_compiling() -> Callable[[], bool]:
+    """``torch.compiler.is_dynamo_compiling``, or "never" when torch is not installed (then
+    nothing can be compiling: the guards work on any object with ``.shape``/``.dtype``)."""
+    try:
+        import torch
+    except ImportError:
+        return lambda: False
+    return torch.compiler.is_dynamo_compiling
+
+
+def _dtype_names(dtypes: Iterable[Any]) -> frozenset[Any]:
+    from ._safetensors import DTYPE_NAMES
+
+    known = set(DTYPE_NAMES.values())
+    names = set()
+    for d in dtypes:
+        name = dtype_name(d)
+        if name not in known:
+            raise ValueError(
+                f"lora_guard.shapes(dtypes=...): {d!r} is not a dtype name; pass names "
+                f"such as ('bfloat16', 'float16'): {', '.join(sorted(known))}")
+        names.add(name)
+    return frozenset(names)
+
+
 class _Slow(Exception):
     """Raised by the compiled fast path to hand a call to the slow path, outside its try."""
 
 
 def _dtype_set(dtypes: Iterable[Any]) -> frozenset[Any]:
-    import torch
+    try:
+        import torch
+    except ImportError:  # without torch: dtype names, compared by name (the slow path)
+        return _dtype_names(dtypes)
 
     out = set()
     for d in dtypes:
