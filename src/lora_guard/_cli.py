@@ -211,8 +211,12 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     progress = None
     if not args.no_progress and args.format == "text" and sys.stderr.isatty():
         progress = _Progress(sys.stderr)
+    from ._remote import RemoteSetupError
+
     try:
         report = check_adapters(args.paths, limits, progress=progress)
+    except RemoteSetupError as exc:  # remote paths without the extra, or a bad setting
+        parser.error(str(exc))
     finally:
         if progress is not None:
             progress.close()

@@ -27,6 +27,7 @@ __all__ = [
     "HeaderError",
     "TensorInfo",
     "encode_header",
+    "header_length",
     "parse_header",
     "read_header_and_size",
     "read_safetensors_header",
@@ -281,6 +282,26 @@ def read_safetensors_header(
     return tensors, metadata
 
 
+def header_length(first8: bytes, size: int) -> int:
+    """The header length the first 8 bytes of a ``size``-byte file announce, checked against
+    the cap and the file size before anything more is read; raises `HeaderError`."""
+    if size < 8 or len(first8) < 8:
+        raise HeaderError(f"file is {size} bytes, too short for a safetensors header")
+    (length,) = struct.unpack("<Q", first8[:8])
+    if length > MAX_HEADER_BYTES:
+        raise HeaderError(
+            f"header length {length} bytes is over the {MAX_HEADER_BYTES} byte cap"
+        )
+    if length > size - 8:
+        raise HeaderError(
+            f"header length {length} bytes runs past the end of the file ({size} bytes); "
+            "the file is truncated"
+        )
+    if length < 2:
+        raise HeaderError(f"header length {length} bytes is too short for a JSON object")
+    return int(length)
+
+
 def read_header_and_size(
     path: str | os.PathLike[str],
 ) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
@@ -289,18 +310,7 @@ def read_header_and_size(
         size = os.fstat(f.fileno()).st_size
         if size < 8:
             raise HeaderError(f"file is {size} bytes, too short for a safetensors header")
-        (length,) = struct.unpack("<Q", f.read(8))
-        if length > MAX_HEADER_BYTES:
-            raise HeaderError(
-                f"header length {length} bytes is over the {MAX_HEADER_BYTES} byte cap"
-            )
-        if length > size - 8:
-            raise HeaderError(
-                f"header length {length} bytes runs past the end of the file ({size} bytes); "
-                "the file is truncated"
-            )
-        if length < 2:
-            raise HeaderError(f"header length {length} bytes is too short for a JSON object")
+        length = header_length(f.read(8), size)
         raw = f.read(length)
         if len(raw) != length:  # the file shrank while we read it
             raise HeaderError(f"header truncated: read {len(raw)} of {length} bytes")
