@@ -457,7 +457,8 @@ class _HTTP(_Store):
         for _ in range(_MAX_REDIRECTS + 1):
             try:
                 response = self.session.get(
-                    url, headers={"Range": f"bytes={start}-{end - 1}"}, stream=True,
+                    url, headers={"Range": f"bytes={start}-{end - 1}",
+                                  "Accept-Encoding": "identity"}, stream=True,
                     allow_redirects=False, timeout=self.cfg.timeout)
             except self.requests.RequestException as exc:
                 raise RemoteError(shown, f"HTTP read failed after retries ({_short(exc)})",
