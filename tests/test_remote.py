@@ -215,14 +215,17 @@ def test_http_errors_are_one_adapters_violation_each(http: FileServer) -> None:
     http.faults["/loras/math/adapter_config.json"] = [403]
     http.faults["/loras/code/adapter_config.json"] = [503, 429]  # retried, then served
     http.redirects["/loras/away/adapter_config.json"] = "http://example.invalid/x"
-    http.redirects["/loras/moved/adapter_config.json"] = "/loras/chat/adapter_config.json"
+    for name in ("adapter_config.json", "adapter_model.safetensors"):  # same host: followed
+        http.redirects[f"/loras/moved/{name}"] = f"{http.url}/loras/math/{name}"
     http.cut_after[str(http.root / "loras" / "chat" / "adapter_model.safetensors")] = 100
     u = http.url
     report = lg.check_adapters([f"{u}/loras/math", f"{u}/loras/code", f"{u}/loras/away",
-                                f"{u}/nowhere", f"{u}/loras/chat"])
+                                f"{u}/nowhere", f"{u}/loras/chat", f"{u}/loras/moved"])
     assert "access denied (HTTP 403)" in _lg140(report, f"{u}/loras/math")
     assert report.spec(f"{u}/loras/code") is not None
     assert "another host" in _lg140(report, f"{u}/loras/away")
+    moved = report.spec(f"{u}/loras/moved")
+    assert moved is not None and moved.rank == 8
     assert "not found (HTTP 404)" in _lg140(report, f"{u}/nowhere")
     assert "cut short" in _lg140(report, f"{u}/loras/chat")
     assert report.by_adapter[f"{u}/loras/chat"][0].hint.startswith("Run the check again")
