@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ from typing import Any
 _SRC = Path(__file__).resolve().parents[2] / "src"
 
 INVARIANTS_MARKER = "<!-- lora-guard: invariants -->"
+# A note for readers of the Markdown source (e.g. on GitHub), where the generated parts are
+# absent; the site build removes it, since there the generated parts are present.
+SOURCE_NOTE = re.compile(
+    r"<!-- lora-guard: source-note -->\n.*?<!-- /lora-guard: source-note -->\n?", re.DOTALL)
 API_MARKER = "<!-- lora-guard: api -->"
 MODULES_MARKER = "<!-- lora-guard: modules -->"
 
@@ -201,6 +206,7 @@ def render_modules() -> str:
 
 def render_markers(markdown: str) -> str:
     """Replace every marker this hook knows in one page's Markdown."""
+    markdown = SOURCE_NOTE.sub("", markdown)
     if INVARIANTS_MARKER in markdown:
         markdown = markdown.replace(INVARIANTS_MARKER, render_invariants())
     if API_MARKER in markdown:

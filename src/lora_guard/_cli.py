@@ -1,23 +1,53 @@
 """The ``lora-guard`` command: ``check`` adapters, ``explain`` a code, list ``codes``.
 
-Exit status: 0 when every adapter passes, 1 when any violation was found, 2 for a usage error
-(bad options, an unreadable base config, an unknown code). No traceback reaches the user.
+Exit status: 0 when no selected violation was found, 1 when one was, 2 for a usage error (bad
+options, a path that does not exist, an unreadable base config, bad configuration in
+``pyproject.toml``, an unknown code). No traceback reaches the user.
+
+How ``check`` is put together, for the commands and options added to it:
+
+- every long option of ``check`` is also a ``[tool.lora-guard]`` key in ``pyproject.toml``
+  (`_apply_config` reads the parser's own actions, so a new option is a config key at once;
+  an option whose metavar is ``FILE`` or ``DIR`` is resolved relative to the config file);
+- `_run_check` builds the limits, runs the checker, applies ``--select``/``--ignore`` to the
+  report, then hands it to one writer per ``--format`` (`_WRITERS`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
+import pathlib
+import re
+import shutil
 import sys
-from collections.abc import Sequence
-from typing import IO, Any, NoReturn
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, NoReturn
+from urllib.parse import quote
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from ._check_adapters import Report
+    from ._errors import Violation
+
+__all__ = ["DOCS_URL", "main"]
 
 PROGRESS_MIN_ADAPTERS = 50
 """Show a progress bar on a terminal's stderr from this many adapters on."""
+
+DOCS_URL = "https://lora-guard.readthedocs.io/en/latest/"
+"""Where the documentation site is published (SARIF rules' ``helpUri`` point into it)."""
+
+CONFIG_SECTION = "tool.lora-guard"
+FORMATS = ("text", "json", "github", "sarif")
+_NOT_CONFIG = {"config", "isolated", "help"}  # options that make no sense in a config file
+
+
+class UsageError(Exception):
+    """A problem with how ``lora-guard`` was called or configured: exit 2, no traceback."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,6 +78,21 @@ def _name_list(text: str) -> list[str]:
     return names
 
 
+def _code_list(text: str) -> list[str]:
+    """Codes or prefixes (``LG101``, ``LG1``, ``ALL``), each checked against the catalogue."""
+    from ._catalogue import INVARIANTS
+
+    out = []
+    for part in _name_list(text):
+        wanted = part.upper()
+        if wanted != "ALL" and not any(code.startswith(wanted) for code in INVARIANTS):
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is neither a code nor the start of one; codes: "
+                f"{', '.join(INVARIANTS)} (lora-guard codes lists them)")
+        out.append(wanted)
+    return out
+
+
 def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     from . import __version__
 
@@ -62,40 +107,239 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
     check = commands.add_parser(
         "check", help="check adapters (folders are searched for adapters)",
-        description="Check adapters: exit 0 when all pass, 1 when any violation, 2 for a "
-        "usage error.",
+        description="Check adapters: exit 0 when none has a selected violation, 1 when one "
+        "has, 2 for a usage error (bad option or configuration, a path that does not exist). "
+        "Every long option is also a key of [tool.lora-guard] in pyproject.toml.",
     )
     check.add_argument("paths", nargs="+", metavar="PATH",
-                       help="an adapter folder, or a folder searched for adapter folders")
-    check.add_argument("--max-rank", type=_positive, metavar="N",
-                       help="largest rank the server serves (vLLM --max-lora-rank)")
-    check.add_argument("--allowed-ranks", type=_rank_list, metavar="R,R",
-                       help="the only ranks the server serves, e.g. 8,16,32")
-    check.add_argument("--max-loras", type=_positive, metavar="N",
-                       help="adapter slots (vLLM --max-loras, sglang --max-loras-per-batch)")
-    check.add_argument("--target-modules", type=_name_list, metavar="M,M",
-                       help="module types the server applies LoRA to, e.g. q_proj,v_proj")
-    check.add_argument("--dtypes", type=_name_list, metavar="D,D",
-                       help="allowed dtypes, e.g. bfloat16,float16")
-    check.add_argument("--base-config", metavar="FILE",
-                       help="the base model's Hugging Face config.json (checks dims, layers, "
-                       "experts, vocab)")
-    check.add_argument("--allow", type=_name_list, metavar="F,F",
-                       help="features the server implements: dora, lora_bias, bias, "
-                       "modules_to_save, trainable_tokens, peft_type, alora, "
-                       "layer_replication, qalora")
-    check.add_argument("--format", choices=("text", "json"), default="text",
-                       help="text (a table, then violations by adapter) or json")
-    check.add_argument("--no-progress", action="store_true",
-                       help="never show the progress bar")
+                       help="an adapter folder, a file in one, or a folder searched for "
+                       "adapter folders")
+    served = check.add_argument_group("what the server serves")
+    served.add_argument("--max-rank", type=_positive, metavar="N",
+                        help="largest rank the server serves (vLLM --max-lora-rank)")
+    served.add_argument("--allowed-ranks", type=_rank_list, metavar="R,R",
+                        help="the only ranks the server serves, e.g. 8,16,32")
+    served.add_argument("--max-loras", type=_positive, metavar="N",
+                        help="adapters the server must hold loaded at once (sglang "
+                        "--max-loaded-loras); not vLLM --max-loras, whose slots adapters are "
+                        "swapped through")
+    served.add_argument("--target-modules", type=_name_list, metavar="M,M",
+                        help="module types the server applies LoRA to, e.g. q_proj,v_proj")
+    served.add_argument("--dtypes", type=_name_list, metavar="D,D",
+                        help="allowed dtypes, e.g. bfloat16,float16, for a server that does "
+                        "not cast (vLLM and sglang cast adapter weights to the model's dtype)")
+    served.add_argument("--base-config", metavar="FILE",
+                        help="the base model's Hugging Face config.json (checks dims, layers, "
+                        "experts, vocab)")
+    served.add_argument("--allow", type=_name_list, metavar="F,F",
+                        help="features the server implements: dora, lora_bias, bias, "
+                        "modules_to_save, trainable_tokens, peft_type, alora, "
+                        "layer_replication, qalora")
+    shown = check.add_argument_group("what is reported")
+    shown.add_argument("--select", type=_code_list, metavar="CODES",
+                       help="report only these codes or prefixes, e.g. LG1,LG002 (default: all)")
+    shown.add_argument("--ignore", type=_code_list, metavar="CODES",
+                       help="never report these codes or prefixes; the more specific of "
+                       "--select and --ignore wins, --ignore on a tie")
+    shown.add_argument("--format", choices=FORMATS, default="text",
+                       help="text (a table, then violations by adapter), json, github "
+                       "(workflow commands that annotate files) or sarif (SARIF 2.1.0)")
+    shown.add_argument("--quiet", "-q", action="store_true",
+                       help="text: print the violations only (no table, no summary)")
+    shown.add_argument("--statistics", action="store_true",
+                       help="print how many violations of each code, not the violations "
+                       "(text or json)")
+    shown.add_argument("--no-progress", action="store_true",
+                       help="never show the progress bar (shown on a terminal only)")
+    conf = check.add_argument_group("configuration")
+    conf.add_argument("--config", metavar="FILE",
+                      help="read options from this file instead of the nearest pyproject.toml "
+                      "([tool.lora-guard] of a pyproject.toml, the top level of another "
+                      ".toml)")
+    conf.add_argument("--isolated", action="store_true",
+                      help="ignore every configuration file")
 
-    explain = commands.add_parser("explain", help="explain an invariant code, e.g. LG101")
+    explain = commands.add_parser(
+        "explain", help="explain an invariant code, e.g. LG101",
+        description="Explain a code: rendered for a terminal, plain text when piped.")
     explain.add_argument("code", metavar="CODE", help="a code such as LG101, or its slug")
-    commands.add_parser("codes", help="list every code with its slug and title")
+    explain.add_argument("--markdown", action="store_true",
+                         help="print the Markdown source (as in the invariants reference)")
+    codes = commands.add_parser("codes", help="list every code with its slug and title")
+    codes.add_argument("--format", choices=("text", "json"), default="text",
+                       help="text (a table) or json (code, slug, title, summary, url)")
     return parser, check
 
 
-# --- output helpers ------------------------------------------------------------------------
+# --- configuration -------------------------------------------------------------------------
+
+
+def find_config(start: pathlib.Path) -> pathlib.Path | None:
+    """The nearest ``pyproject.toml`` with a ``[tool.lora-guard]`` table, from ``start`` up."""
+    for folder in (start, *start.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                table = _read_toml(candidate)
+            except UsageError:
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    if "[tool.lora-guard]" in candidate.read_text("utf-8"):
+                        raise  # ours, and broken
+                continue  # another tool's broken file is not ours to refuse
+            if isinstance(table.get("tool"), dict) and "lora-guard" in table["tool"]:
+                return candidate
+    return None
+
+
+def _read_toml(path: pathlib.Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path} is not valid TOML: {exc}") from None
+
+
+def load_config(path: pathlib.Path) -> dict[str, Any]:
+    """The lora-guard table of a config file (``[tool.lora-guard]`` of a pyproject.toml)."""
+    data = _read_toml(path)
+    if path.name != "pyproject.toml":
+        return data
+    tool = data.get("tool", {})
+    table = tool.get("lora-guard", {}) if isinstance(tool, dict) else {}
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: [{CONFIG_SECTION}] must be a table")
+    return table
+
+
+def _config_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    keys = {}
+    for action in parser._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and option[2:] not in _NOT_CONFIG:
+                keys[option[2:]] = action
+    return keys
+
+
+def _apply_config(parser: argparse.ArgumentParser, table: Mapping[str, Any],
+                  source: pathlib.Path) -> None:
+    """Make each key of ``table`` the default of its option: flags given still override."""
+    actions = _config_actions(parser)
+    where = f"{source} [{CONFIG_SECTION}]" if source.name == "pyproject.toml" else str(source)
+    for key, value in table.items():
+        action = actions.get(key)
+        if action is None:
+            known = ", ".join(sorted(actions))
+            raise UsageError(f"{where}: unknown key {key!r}; keys are the long options of "
+                             f"lora-guard check: {known}")
+        parser.set_defaults(**{action.dest: _config_value(action, key, value, source, where)})
+
+
+def _config_value(action: argparse.Action, key: str, value: Any, source: pathlib.Path,
+                  where: str) -> Any:
+    if action.nargs == 0:  # a flag
+        if not isinstance(value, bool):
+            raise UsageError(f"{where}: {key} takes true or false, not {value!r}")
+        return value if action.const is True or action.const is None else not value
+    if isinstance(value, list):
+        if not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+            raise UsageError(f"{where}: {key} takes a list of names or numbers, not {value!r}")
+        text = ",".join(str(v) for v in value)
+    elif isinstance(value, (str, int)) and not isinstance(value, bool):
+        text = str(value)
+    else:
+        raise UsageError(f"{where}: {key} takes a string, a number or a list, not {value!r}")
+    if action.metavar in ("FILE", "DIR") and "://" not in text:
+        text = str(source.parent / pathlib.Path(text).expanduser())
+    if action.choices is not None and text not in action.choices:
+        raise UsageError(f"{where}: {key} = {value!r} is not one of "
+                         f"{', '.join(map(str, action.choices))}")
+    convert = action.type
+    if callable(convert):
+        try:
+            return convert(text)
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise UsageError(f"{where}: {key}: {exc}") from None
+    return text
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser, check = _parser()
+    args = parser.parse_args(argv)
+    if args.command != "check" or args.isolated:
+        return args
+    source = (pathlib.Path(args.config) if args.config
+              else find_config(pathlib.Path.cwd()))
+    if source is None:
+        return args
+    if args.config and not source.is_file():
+        raise UsageError(f"--config: no such file: {args.config}")
+    _apply_config(check, load_config(source), source)
+    args = parser.parse_args(argv)  # again: flags given override the file's defaults
+    args.config_file = str(source)
+    return args
+
+
+# --- selection -----------------------------------------------------------------------------
+
+
+def _selector(select: Iterable[str] | None,
+              ignore: Iterable[str] | None) -> Callable[[str], bool]:
+    """Whether a code is reported: the longest matching prefix decides, ignore on a tie."""
+    rules = [(p, True) for p in (select or ["ALL"])] + [(p, False) for p in ignore or ()]
+
+    def chosen(code: str) -> bool:
+        best, keep = -1, False
+        for prefix, on in rules:
+            length = 0 if prefix == "ALL" else len(prefix)
+            if (prefix == "ALL" or code.startswith(prefix)) and (
+                    length > best or (length == best and not on)):
+                best, keep = length, on
+        return keep
+
+    return chosen
+
+
+def _filtered(report: Report, chosen: Callable[[str], bool]) -> Report:
+    by_adapter = {key: kept for key, found in report.by_adapter.items()
+                  if (kept := tuple(v for v in found if chosen(v.code)))}
+    import types
+
+    return dataclasses.replace(
+        report, violations=tuple(v for v in report.violations if chosen(v.code)),
+        by_adapter=types.MappingProxyType(by_adapter))
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+class _Style:
+    """ANSI styles on a terminal, none when piped or when ``NO_COLOR`` is set."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.on = _colour_allowed(stream)
+
+    def __call__(self, text: str, *codes: int) -> str:
+        if not self.on or not codes:
+            return text
+        return f"\033[{';'.join(map(str, codes))}m{text}\033[0m"
+
+
+def _colour_allowed(stream: IO[str]) -> bool:
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+BOLD, DIM, RED, CYAN = 1, 2, 31, 36
 
 
 def _size(n: int | None) -> str:
@@ -111,7 +355,7 @@ def _size(n: int | None) -> str:
 
 def _table(rows: list[list[str]], right: set[int]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
+    lines: list[str] = []
     for row in rows:
         cells = [cell.rjust(w) if i in right else cell.ljust(w)
                  for i, (cell, w) in enumerate(zip(row, widths, strict=True))]
@@ -123,10 +367,28 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _text_report(report: Any) -> str:
-    from ._check_adapters import Report
+def _violation_lines(report: Report, style: _Style) -> list[str]:
+    lines: list[str] = []
+    for adapter_id in [*report.ids, "*"]:
+        found = report.by_adapter.get(adapter_id, ())
+        if not found:
+            continue
+        if lines:
+            lines.append("")
+        lines.append(style("adapter set" if adapter_id == "*" else adapter_id, BOLD))
+        for v in found:
+            prefix = f"{v.subject}: "
+            message = v.message[len(prefix):] if v.message.startswith(prefix) else v.message
+            lines.append(f"  {style(v.code, BOLD, RED)} {v.invariant}: {message}")
+            lines.append(style(f"    fix: {v.hint}", DIM))
+    return lines
 
-    assert isinstance(report, Report)
+
+def _text_report(report: Report, *, quiet: bool = False, style: _Style | None = None) -> str:
+    style = style or _Style(sys.stdout)
+    if quiet:
+        lines = _violation_lines(report, style)
+        return "\n".join(lines) + "\n" if lines else ""
     rows = [["ADAPTER", "RANK", "DTYPE", "LAYOUT", "TARGETS", "SIZE", "RESULT"]]
     for adapter_id in report.ids:
         spec = report.spec(adapter_id)
@@ -149,22 +411,158 @@ def _text_report(report: Any) -> str:
            f"{failed} failed, {len(report.violations)} violation"
            f"{'s' * (len(report.violations) != 1)}.")
     )
-    for adapter_id in [*report.ids, "*"]:
-        found = report.by_adapter.get(adapter_id, ())
-        if not found:
-            continue
-        lines.append("")
-        lines.append("adapter set" if adapter_id == "*" else adapter_id)
-        for v in found:
-            prefix = f"{v.subject}: "
-            message = v.message[len(prefix):] if v.message.startswith(prefix) else v.message
-            lines.append(f"  {v.code} {v.invariant}: {message}")
-            lines.append(f"    fix: {v.hint}")
+    found_lines = _violation_lines(report, style)
+    if found_lines:
+        lines += ["", *found_lines]
     if not report.ok:
         codes = sorted({v.code for v in report.violations})
         lines.append("")
         lines.append("More on a code: lora-guard explain " + codes[0])
     return "\n".join(lines) + "\n"
+
+
+def _statistics(report: Report) -> list[tuple[str, int]]:
+    counts: dict[str, int] = {}
+    for v in report.violations:
+        counts[v.code] = counts.get(v.code, 0) + 1
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _statistics_text(report: Report) -> str:
+    from ._catalogue import INVARIANTS
+
+    stats = _statistics(report)
+    rows = [[str(n), code, INVARIANTS[code].slug, INVARIANTS[code].title] for code, n in stats]
+    text = "\n".join(_table(rows, right={0})) + "\n" if rows else ""
+    return text + _transferred_text(report)
+
+
+def _transferred_text(report: Report) -> str:
+    """For remote adapters: the bytes each one's check read over the network, and the total."""
+    remote = [s for s in report.adapters if s.transferred is not None]
+    if not remote:
+        return ""
+    rows = [["TRANSFERRED", "SIZE", "REMOTE ADAPTER"]]
+    rows += [[_size(s.transferred), _size(s.size), s.url or str(s.path)] for s in remote]
+    total = sum(s.transferred or 0 for s in remote)
+    held = sum(s.size for s in remote)
+    return ("\n" if report.violations else "") + "\n".join(_table(rows, right={0, 1})) + (
+        f"\n{len(remote)} remote adapters: {_size(total)} transferred for {_size(held)} "
+        "held (config and safetensors header only)\n")
+
+
+def _statistics_json(report: Report) -> str:
+    from ._catalogue import INVARIANTS
+
+    data = [{"code": code, "name": INVARIANTS[code].slug, "count": n}
+            for code, n in _statistics(report)]
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _location(report: Report, adapter_id: str, v: Violation | None) -> str | None:
+    """The file an annotation points at: the file named by the violation, else the adapter's
+    ``adapter_config.json``, else the adapter itself; None for the set as a whole."""
+    if adapter_id == "*" or "://" in adapter_id:
+        return None if adapter_id == "*" else adapter_id
+    folder = pathlib.Path(adapter_id)
+    file = v.details.get("file") if v is not None else None
+    if isinstance(file, str) and file and not pathlib.PurePath(file).is_absolute() \
+            and ".." not in pathlib.PurePath(file).parts:
+        return str(folder / file)
+    config = folder / "adapter_config.json"
+    if folder.is_dir() and config.exists():
+        return str(config)
+    return str(folder)
+
+
+def _github_escape(text: str, *, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def _github_report(report: Report) -> str:
+    lines: list[str] = []
+    for adapter_id in [*report.ids, "*"]:
+        for v in report.by_adapter.get(adapter_id, ()):
+            where = _location(report, adapter_id, v)
+            props = [f"file={_github_escape(where, prop=True)}"] if where else []
+            props.append(f"title={v.code}")
+            body = f"{v.invariant}: {v.message} Fix: {v.hint}"
+            lines.append(f"::error {','.join(props)}::{_github_escape(body)}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _help_uri(docs: str) -> str:
+    page, _, anchor = docs.partition("#")
+    page = page.removesuffix(".md") + "/"
+    return DOCS_URL + page + (f"#{anchor}" if anchor else "")
+
+
+def _artifact_uri(path: str) -> str:
+    if "://" in path:
+        return path
+    p = pathlib.Path(path)
+    if p.is_absolute():
+        return p.as_uri()
+    return quote(p.as_posix())
+
+
+def sarif_log(report: Report) -> dict[str, Any]:
+    """The report as a SARIF 2.1.0 log: one rule per catalogue code, one result per violation."""
+    from . import __version__
+    from ._catalogue import INVARIANTS
+
+    codes = list(INVARIANTS)
+    rules = [{
+        "id": code,
+        "name": inv.slug,
+        "shortDescription": {"text": inv.title},
+        "fullDescription": {"text": inv.summary},
+        "help": {"text": "\n".join(f"{i}. {fix}" for i, fix in enumerate(inv.fixes, 1)),
+                 "markdown": inv.explain()},
+        "helpUri": _help_uri(inv.docs),
+        "defaultConfiguration": {"level": "error"},
+    } for code, inv in INVARIANTS.items()]
+    results = []
+    readable = [i for i in report.ids if report.spec(i) is not None] or list(report.ids)
+    for adapter_id in [*report.ids, "*"]:
+        for v in report.by_adapter.get(adapter_id, ()):
+            targets = [adapter_id] if adapter_id != "*" else readable
+            locations = []
+            for target in targets:
+                where = _location(report, target, v if adapter_id != "*" else None)
+                if where:
+                    locations.append({"physicalLocation": {
+                        "artifactLocation": {"uri": _artifact_uri(where)}}})
+            result: dict[str, Any] = {
+                "ruleId": v.code,
+                "ruleIndex": codes.index(v.code),
+                "level": "error",
+                "message": {"text": f"{v.message} Fix: {v.hint}"},
+                "locations": locations,
+            }
+            if v.details:
+                result["properties"] = {"details": v.to_dict()["details"]}
+            results.append(result)
+    return {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "lora-guard",
+                "version": __version__,
+                "informationUri": DOCS_URL,
+                "rules": rules,
+            }},
+            "results": results,
+        }],
+    }
+
+
+def _sarif_report(report: Report) -> str:
+    return json.dumps(sarif_log(report), indent=2) + "\n"
 
 
 class _Progress:
@@ -191,14 +589,45 @@ class _Progress:
             self.stream.flush()
 
 
+def _wants_progress(args: argparse.Namespace) -> bool:
+    stream = sys.stderr
+    return (not args.no_progress and not args.quiet
+            and bool(getattr(stream, "isatty", None)) and stream.isatty())
+
+
 # --- commands ------------------------------------------------------------------------------
 
 
-def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ._check_adapters import ServingLimits, check_adapters
+def _is_remote(raw: str) -> bool:
+    from ._remote import is_remote
+
+    return is_remote(raw)
+
+
+def _local_paths(paths: Sequence[str]) -> list[str]:
+    """Each PATH as the checker takes it: a file of an adapter stands for its folder (what
+    pre-commit passes), each adapter once; a local path that does not exist is a usage error."""
+    out: dict[str, None] = {}
+    for raw in paths:
+        if "://" in raw or _is_remote(raw):  # a remote adapter (or a bare Hub id that names
+            # no local path): its reader says whether it exists
+            out[raw] = None
+            continue
+        path = pathlib.Path(raw)
+        if not path.exists() and not path.is_symlink():
+            raise UsageError(f"no such file or folder: {raw}")
+        if path.is_file() and path.name.startswith("adapter_") and path.parent != path:
+            out[str(path.parent)] = None
+        else:
+            out[raw] = None
+    return list(out)
+
+
+def _limits(args: argparse.Namespace) -> Any:
+    from ._check_adapters import ServingLimits
 
     try:
-        limits = ServingLimits(
+        return ServingLimits(
             max_rank=args.max_rank, allowed_ranks=args.allowed_ranks, max_loras=args.max_loras,
             target_modules=args.target_modules, dtypes=args.dtypes,
             base_config=args.base_config, allow=frozenset(args.allow or ()),
@@ -206,46 +635,140 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ValueError as exc:
         message = str(exc)
         if args.base_config and "base config" in message:
-            parser.error(f"--base-config: {message}")
-        parser.error(message.replace("ServingLimits(", "option (").replace("=...)", ")"))
-    progress = None
-    if not args.no_progress and args.format == "text" and sys.stderr.isatty():
-        progress = _Progress(sys.stderr)
+            raise UsageError(f"--base-config: {message}") from None
+        raise UsageError(message.replace("ServingLimits(", "option (").replace("=...)", ")")
+                         ) from None
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    from ._check_adapters import check_adapters
+
+    if args.statistics and args.format not in ("text", "json"):
+        raise UsageError("--statistics prints text or json; drop --format "
+                         f"{args.format} or --statistics")
+    limits = _limits(args)
+    paths = _local_paths(args.paths)
+    progress = _Progress(sys.stderr) if _wants_progress(args) else None
     from ._remote import RemoteSetupError
 
     try:
-        report = check_adapters(args.paths, limits, progress=progress)
+        report = check_adapters(paths, limits, progress=progress)
     except RemoteSetupError as exc:  # remote paths without the extra, or a bad setting
-        parser.error(str(exc))
+        raise UsageError(str(exc)) from None
     finally:
         if progress is not None:
             progress.close()
-    if args.format == "json":
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    report = _filtered(report, _selector(args.select, args.ignore))
+    if args.statistics:
+        out = _statistics_json(report) if args.format == "json" else _statistics_text(report)
     else:
-        sys.stdout.write(_text_report(report))
+        out = _WRITERS[args.format](report, args)
+    sys.stdout.write(out)
     return 0 if report.ok else 1
 
 
-def _explain(code: str) -> int:
+_WRITERS: dict[str, Callable[[Report, argparse.Namespace], str]] = {
+    "text": lambda report, args: _text_report(report, quiet=args.quiet),
+    "json": lambda report, args: json.dumps(report.to_dict(), indent=2) + "\n",
+    "github": lambda report, args: _github_report(report),
+    "sarif": lambda report, args: _sarif_report(report),
+}
+
+
+_INLINE = re.compile(r"``(.+?)``|`([^`]+)`|\*\*(.+?)\*\*")
+
+
+def render_markdown(markdown: str, *, style: _Style | None = None, width: int = 100) -> str:
+    """The catalogue's Markdown for a terminal: headings set off, code indented, paragraphs
+    wrapped, no Markdown markers; ANSI styles only when ``style`` allows them."""
+    style = style or _Style(sys.stdout)
+
+    def inline(text: str) -> str:
+        def one(m: re.Match[str]) -> str:
+            if m.group(3) is not None:
+                return style(m.group(3), BOLD)
+            return style(m.group(1) or m.group(2), CYAN)
+        return _INLINE.sub(one, text)
+
+    def wrap(text: str, first: str, rest: str) -> list[str]:
+        return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
+                             break_on_hyphens=False, break_long_words=False) or [first]
+
+    out: list[str] = []
+    in_code = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code:
+            out.append("    " + style(line, CYAN))
+            continue
+        if line.startswith("## "):
+            title = line[3:]
+            out.append(style(title, BOLD) if style.on else title)
+            if not style.on:
+                out.append("=" * min(len(title), width))
+            continue
+        bullet = re.match(r"^(- |\d+\. )(.*)$", line)
+        if bullet:
+            marker = bullet.group(1)
+            # wrap the plain text, then style: styles must not count towards the width
+            plain = _INLINE.sub(lambda m: m.group(1) or m.group(2) or m.group(3), bullet.group(2))
+            lines = wrap(plain, "  " + marker, "  " + " " * len(marker))
+            out.extend(_restyle(lines, bullet.group(2), style) if style.on else lines)
+            continue
+        if not line.strip():
+            out.append("")
+            continue
+        plain = _INLINE.sub(lambda m: m.group(1) or m.group(2) or m.group(3), line)
+        if style.on and line.startswith("**") and line.endswith("**"):
+            out.append(style(plain, BOLD))
+            continue
+        out.extend(wrap(plain, "", ""))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _restyle(lines: list[str], source: str, style: _Style) -> list[str]:
+    """Colour the code spans of wrapped lines (spans that were split keep no colour)."""
+    spans = [m.group(1) or m.group(2) for m in _INLINE.finditer(source)
+             if m.group(3) is None]
+    styled = []
+    for line in lines:
+        for span in dict.fromkeys(spans):
+            if span in line:
+                line = line.replace(span, style(span, CYAN))
+        styled.append(line)
+    return styled
+
+
+def _explain(code: str, *, markdown: bool) -> int:
     from ._catalogue import INVARIANTS
 
     wanted = code.strip()
     by_slug = {inv.slug: c for c, inv in INVARIANTS.items()}
     key = wanted.upper() if wanted.upper() in INVARIANTS else by_slug.get(wanted.lower())
     if key is None:
-        sys.stderr.write(
-            f"lora-guard explain: unknown code {code!r}; known codes: "
-            f"{', '.join(INVARIANTS)} (see: lora-guard codes)\n"
+        raise UsageError(
+            f"explain: unknown code {code!r}; known codes: "
+            f"{', '.join(INVARIANTS)} (see: lora-guard codes)"
         )
-        return 2
-    sys.stdout.write(INVARIANTS[key].explain())
+    text = INVARIANTS[key].explain()
+    if not markdown:
+        width = min(shutil.get_terminal_size((100, 24)).columns, 100)
+        text = render_markdown(text, style=_Style(sys.stdout), width=width)
+    sys.stdout.write(text)
     return 0
 
 
-def _codes() -> int:
+def _codes(fmt: str) -> int:
     from ._catalogue import INVARIANTS
 
+    if fmt == "json":
+        data = [{"code": c, "slug": inv.slug, "title": inv.title, "summary": inv.summary,
+                 "error": inv.error, "url": _help_uri(inv.docs)}
+                for c, inv in INVARIANTS.items()]
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return 0
     rows = [["CODE", "SLUG", "TITLE"]]
     rows += [[c, inv.slug, inv.title] for c, inv in INVARIANTS.items()]
     sys.stdout.write("\n".join(_table(rows, right=set())) + "\n")
@@ -257,19 +780,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Example:
         >>> from lora_guard._cli import main
-        >>> main(["explain", "LG110"])  # doctest: +ELLIPSIS
+        >>> main(["explain", "LG110", "--markdown"])  # doctest: +ELLIPSIS
         ## LG110 too-many-adapters: More adapters than the served slot count
         ...
         0
     """
-    parser, check_parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(argv)
+        args = _parse(argv)
         if args.command == "check":
-            return _check(args, check_parser)
+            return _run_check(args)
         if args.command == "explain":
-            return _explain(args.code)
-        return _codes()
+            return _explain(args.code, markdown=args.markdown)
+        return _codes(args.format)
+    except UsageError as exc:
+        sys.stderr.write(f"lora-guard: error: {exc}\n")
+        return 2
     except SystemExit as exc:  # argparse: --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else 2
     except KeyboardInterrupt:

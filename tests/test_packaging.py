@@ -1,0 +1,169 @@
+"""How lora_guard reaches a user's machine and CI: the README's set-up, the pre-commit hook."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "adapters"
+
+
+def readme_commands() -> list[str]:
+    """The commands of the README's quick start (its first bash block), comments dropped."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## Quick start.*?```bash\n(.*?)```", text, re.DOTALL)
+    assert block, "README.md: the quick start has a bash block"
+    return [line for line in block.group(1).splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_readme_set_up_is_exactly_what_ci_runs() -> None:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    commands = readme_commands()
+    assert len(commands) >= 3
+    for command in commands:
+        assert command in ci, f".ci/run does not run the README's {command!r}"
+    positions = [ci.index(command) for command in commands]
+    assert positions == sorted(positions), "CI runs the README's commands in its order"
+
+
+def test_the_main_job_installs_the_checker_alone() -> None:
+    main_job = next(c for c in readme_commands() if "lora-guard check" in c)
+    install = main_job.split("&&")[0]
+    assert "pip install" in install
+    assert "torch" not in install and "[" not in install, install  # no extras, no torch
+    test_setup = [c for c in readme_commands() if "pip install" in c and c != main_job]
+    assert any("[test,docs,bench]" in c for c in test_setup)
+    assert any("torch==" in c for c in test_setup)
+
+
+def test_the_readme_names_the_cpu_torch_index_as_an_option() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "lora-guard[torch]" in text
+    assert "--index-url https://download.pytorch.org/whl/cpu" in text
+
+
+# --- the pre-commit hook ----------------------------------------------------------------------
+
+
+def hook() -> dict[str, object]:
+    (only,) = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    assert isinstance(only, dict)
+    return only
+
+
+def test_the_hook_runs_on_adapter_files_only() -> None:
+    h = hook()
+    assert h["id"] == "lora-guard" and h["language"] == "python"
+    assert h["require_serial"] is True  # the whole set in one call
+    files = re.compile(str(h["files"]))
+    for name in ("adapters/math/adapter_config.json", "adapter_model.safetensors",
+                 "a/b/adapter_model.bin"):
+        assert files.search(name), name
+    for name in ("base/config.json", "adapters/math/README.md", "my_adapter_config.json",
+                 "model.safetensors"):
+        assert not files.search(name), name
+
+
+def run_hook(tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
+    """The hook as pre-commit calls it: entry, then the changed files as arguments."""
+    entry = shlex.split(str(hook()["entry"]))
+    exe = shutil.which(entry[0])
+    argv = ([exe] if exe else [sys.executable, "-m", "lora_guard._cli"]) + entry[1:]
+    return subprocess.run([*argv, *files], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120, check=False)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    shutil.copytree(EXAMPLES / "good", tmp_path / "adapters")
+    shutil.copytree(EXAMPLES / "bad" / "rank-64", tmp_path / "wip" / "rank-64")
+    shutil.copy(EXAMPLES / "base" / "config.json", tmp_path / "base.json")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.lora-guard]\nbase-config = "base.json"\nmax-rank = 16\n')
+    return tmp_path
+
+
+def test_the_hook_entry_checks_the_files_it_is_given(project: Path) -> None:
+    good = sorted(str(p.relative_to(project)) for p in (project / "adapters").rglob("adapter_*"))
+    done = run_hook(project, *good)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 adapters checked: all pass." in done.stdout  # each adapter once
+    done = run_hook(project, *good, "wip/rank-64/adapter_config.json")
+    assert done.returncode == 1 and "LG101 rank-exceeds-limit" in done.stdout
+    done = run_hook(project, "adapters/gone/adapter_config.json")  # deleted in the commit
+    assert done.returncode == 2 and "no such file or folder" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("pre-commit") is None and
+                    shutil.which("pre-commit", path=str(Path(sys.executable).parent)) is None,
+                    reason="pre-commit is in the test extra")
+def test_pre_commit_try_repo_passes_a_clean_set_and_fails_a_bad_one(
+    project: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    exe = shutil.which("pre-commit", path=str(Path(sys.executable).parent)) or "pre-commit"
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path_factory.mktemp("pre-commit-home")),
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    env.pop("PYTHONPATH", None)  # the hook's own environment, from the repository alone
+
+    def git(*argv: str) -> None:
+        subprocess.run(["git", *argv], cwd=project, check=True, capture_output=True, env=env)
+
+    shutil.rmtree(project / "wip")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "adapters")
+
+    def try_repo() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([exe, "try-repo", str(ROOT), "lora-guard", "--all-files"],
+                              cwd=project, capture_output=True, text=True, env=env,
+                              timeout=300, check=False)
+
+    done = try_repo()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"lora-guard check\.+Passed", done.stdout)
+    shutil.copytree(EXAMPLES / "bad" / "rank-64", project / "adapters" / "rank-64")
+    git("add", "-A")
+    done = try_repo()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert re.search(r"lora-guard check\.+Failed", done.stdout)
+    assert "LG101" in done.stdout
+
+
+# --- docs a reader sees without a site build ------------------------------------------------
+
+
+def doc_pages() -> list[Path]:
+    docs = ROOT / "docs"
+    return [*sorted(p for p in docs.rglob("*.md") if "hooks" not in p.parts),
+            ROOT / "README.md"]
+
+
+def test_no_public_page_names_a_private_module() -> None:
+    private = re.compile(r"lora_guard(\.\w+)*\._(?!_)\w+")  # __all__ is public
+    found = [f"{page.relative_to(ROOT)}: {m.group(0)}" for page in doc_pages()
+             for m in private.finditer(page.read_text(encoding="utf-8"))]
+    assert not found, found
+
+
+def test_a_generated_page_tells_a_source_reader_where_its_content_is() -> None:
+    from test_docs import hook
+
+    for page in sorted((ROOT / "docs" / "reference").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        if not re.search(r"<!-- lora-guard: (invariants|api|modules) -->", text):
+            continue
+        assert hook.SOURCE_NOTE.search(text), f"{page.name}: no note for source readers"
+        built = hook.render_markers(text)
+        assert "Reading the Markdown source?" not in built  # the site shows the content
+        assert "<!-- lora-guard:" not in built
