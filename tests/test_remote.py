@@ -198,6 +198,12 @@ def test_s3_from_the_cli_prints_the_bytes_transferred_per_adapter(
     assert all(0 < n < 40_000 for n in moved.values())
     assert main(["check", "s3://bkt/loras/", "s3://bkt/nothing-here"]) == 1
     assert "LG140" in capsys.readouterr().out
+    assert main(["check", "s3://bkt/big/huge", "s3://bkt/loras/math", "--statistics"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["TRANSFERRED", "SIZE", "REMOTE", "ADAPTER"]
+    assert lines[1].endswith("s3://bkt/big/huge") and " kB  117.5 MB " in lines[1]
+    assert lines[-1].startswith("2 remote adapters: ") and "transferred for 117.5 MB held" in (
+        lines[-1])
 
 
 # --- HTTP(S) -------------------------------------------------------------------------------
