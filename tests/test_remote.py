@@ -268,16 +268,18 @@ def test_a_bare_hub_id_is_read_from_the_hub_only_when_no_local_path_has_its_name
     write_adapter(tmp_path / "org" / "huge", rank=4)  # now a local folder of that name
     hub.log.clear()
     assert lg.inspect_adapter("org/huge").rank == 4 and not hub.log.requests
+    report = lg.check_adapters("org/typo")  # a path into the local folder org: a local miss
+    assert report.codes() == ["LG108"] and not hub.log.requests
 
 
 @pytest.mark.lora_guard(expect=["LG140"])  # inspect_adapter refuses a missing repo on purpose
 def test_hub_errors_say_what_is_missing_or_denied(hub: FileServer,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    report = lg.check_adapters(["hf://org/loras@v9", "hf://org/nothing", "org/nothing-either",
+    report = lg.check_adapters(["hf://org/loras@v9", "hf://org/nothing", "elsewhere/nothing",
                                 "hf://org/loras/adapters/none", "hf://org/secret"])
     assert "revision not found" in _lg140(report, "hf://org/loras@v9")
     assert "repo not found" in _lg140(report, "hf://org/nothing")
-    assert "nor is it a local path" in _lg140(report, "org/nothing-either")
+    assert "nor is it a local path" in _lg140(report, "elsewhere/nothing")
     assert "not found" in _lg140(report, "hf://org/loras/adapters/none")
     assert "token" in _lg140(report, "hf://org/secret")
     monkeypatch.setenv("HF_TOKEN", hub.token)  # the library's usual source

@@ -11,7 +11,7 @@ Where:
 
 - ``hf://ORG/REPO[@REVISION][/SUBFOLDER]``, and a bare Hub id ``ORG/NAME`` where the engines
   take one: a string of exactly two names joined by one ``/`` (letters, digits, ``.``, ``_``,
-  ``-``) that names no local file or folder. Read through huggingface_hub (its HTTP client,
+  ``-``) whose first name is no local file or folder. Read through huggingface_hub (its HTTP client,
   retries, token from ``HF_TOKEN`` or ``hf auth login``, endpoint from ``HF_ENDPOINT``, and its
   redirect policy).
 - ``s3://BUCKET/PREFIX``: through s3fs (botocore's credential chain: environment, profiles,
@@ -99,8 +99,8 @@ def is_remote(path: str) -> bool:
     """Whether ``path`` names a remote adapter rather than a local path.
 
     ``hf://``, ``s3://``, ``http://`` and ``https://`` URLs always do. A bare Hub id
-    ``ORG/NAME`` does only when no local file or folder of that name exists, so a relative
-    path that exists is always read locally.
+    ``ORG/NAME`` does only when no local file or folder named ``ORG`` exists, so a relative
+    path into a local folder is always local (and a typo in it is a missing path).
 
     Example:
         >>> from lora_guard._remote import is_remote
@@ -111,7 +111,8 @@ def is_remote(path: str) -> bool:
     """
     if path.startswith(_SCHEMES):
         return True
-    return _HUB_ID.fullmatch(path) is not None and ".." not in path and not os.path.lexists(path)
+    return (_HUB_ID.fullmatch(path) is not None and ".." not in path
+            and not os.path.lexists(path.split("/")[0]))  # ORG is no local folder either
 
 
 # --- settings ------------------------------------------------------------------------------
