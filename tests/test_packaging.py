@@ -167,3 +167,31 @@ def test_a_generated_page_tells_a_source_reader_where_its_content_is() -> None:
         built = hook.render_markers(text)
         assert "Reading the Markdown source?" not in built  # the site shows the content
         assert "<!-- lora-guard:" not in built
+
+
+def test_no_public_docstring_names_a_private_module() -> None:
+    """The API and modules reference pages render these docstrings."""
+    import importlib
+    import inspect
+
+    import lora_guard as lg
+
+    private = re.compile(r"lora_guard(\.\w+)*\._(?!_)\w+")
+    objects: list[tuple[str, object]] = [(f"lg.{n}", getattr(lg, n)) for n in lg.__all__]
+    for name in ("lora_guard.testing", "lora_guard.strategies", "lora_guard.integrations",
+                 "lora_guard.integrations.peft", "lora_guard.integrations.sglang",
+                 "lora_guard.integrations.vllm"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # an optional dependency of that module is missing
+            continue
+        objects.append((name, module))
+        objects += [(f"{name}.{n}", getattr(module, n)) for n in getattr(module, "__all__", ())]
+    found = []
+    for where, obj in objects:
+        docs = [inspect.getdoc(obj) or ""]
+        if inspect.isclass(obj):
+            docs += [inspect.getdoc(m) or "" for n, m in vars(obj).items()
+                     if not n.startswith("_") and callable(m)]
+        found += [f"{where}: {m.group(0)}" for doc in docs for m in private.finditer(doc)]
+    assert not found, found

@@ -120,3 +120,4 @@ def test_the_guards_and_the_plugin_work_without_torch(installed: Path, tmp_path:
               "test_pool.py", cwd=tmp_path, ok=(1,))
     assert "1 failed, 1 passed" in done.stdout, done.stdout
     assert "LG003" in done.stdout
+

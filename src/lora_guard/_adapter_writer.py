@@ -55,7 +55,7 @@ DEFECTS: Mapping[str, str] = types.MappingProxyType({
 """Each defect `write_adapter(defects=...)` can write, and the code the checker reports for it.
 
 Example:
-    >>> from lora_guard._adapter_writer import DEFECTS
+    >>> from lora_guard.testing import DEFECTS
     >>> DEFECTS["orphan-b"], DEFECTS["pickle-bin"]
     ('LG103', 'LG108')
 """
@@ -291,7 +291,7 @@ def write_adapter(
 
     Example:
         >>> import json, tempfile, lora_guard as lg
-        >>> from lora_guard._adapter_writer import write_adapter
+        >>> from lora_guard.testing import write_adapter
         >>> folder = write_adapter(tempfile.mkdtemp() + "/a", rank=16, targets=("q_proj",))
         >>> json.loads((folder / "adapter_config.json").read_text())["r"]
         16

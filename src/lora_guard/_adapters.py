@@ -151,7 +151,7 @@ class AdapterSpec:
 
     Example:
         >>> import tempfile, lora_guard as lg
-        >>> from lora_guard._adapter_writer import write_adapter
+        >>> from lora_guard.testing import write_adapter
         >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/math", rank=16))
         >>> spec.name, spec.rank, spec.target_modules, spec.dtypes, spec.moe_layout
         ('math', 16, ('q_proj', 'v_proj'), ('float16',), None)
@@ -755,7 +755,7 @@ def inspect_adapter(path: str | os.PathLike[str]) -> AdapterSpec:
 
     Example:
         >>> import tempfile, lora_guard as lg
-        >>> from lora_guard._adapter_writer import write_adapter
+        >>> from lora_guard.testing import write_adapter
         >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/a", targets=("q_proj",)))
         >>> sorted(spec.modules)
         ['model.layers.0.self_attn.q_proj', 'model.layers.1.self_attn.q_proj']

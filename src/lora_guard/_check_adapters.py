@@ -195,7 +195,7 @@ class Report:
 
     Example:
         >>> import tempfile, lora_guard as lg
-        >>> from lora_guard._adapter_writer import write_adapter
+        >>> from lora_guard.testing import write_adapter
         >>> root = tempfile.mkdtemp()
         >>> _ = write_adapter(f"{root}/math", rank=8), write_adapter(f"{root}/code", rank=64)
         >>> report = lg.check_adapters(root, lg.ServingLimits(max_rank=16))
@@ -611,7 +611,7 @@ def spec_violations(
 
     Example:
         >>> import tempfile, lora_guard as lg
-        >>> from lora_guard._adapter_writer import write_adapter
+        >>> from lora_guard.testing import write_adapter
         >>> from lora_guard._check_adapters import spec_violations
         >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/a", rank=32))
         >>> [v.code for v in spec_violations(spec, lg.ServingLimits(max_rank=16))]
@@ -679,7 +679,7 @@ def check_adapters(
 
     Example:
         >>> import tempfile, lora_guard as lg
-        >>> from lora_guard._adapter_writer import write_adapter
+        >>> from lora_guard.testing import write_adapter
         >>> root = tempfile.mkdtemp()
         >>> _ = write_adapter(f"{root}/ok"), write_adapter(f"{root}/dora", defects=("dora",))
         >>> report = lg.check_adapters(root)
@@ -764,7 +764,7 @@ def adapter_servable(spec: AdapterSpec | str | os.PathLike[str],
 
     Example:
         >>> import tempfile, lora_guard as lg
-        >>> from lora_guard._adapter_writer import write_adapter
+        >>> from lora_guard.testing import write_adapter
         >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/a", rank=32))
         >>> lg.adapter_servable(spec, lg.ServingLimits(max_rank=64))
         True

@@ -547,7 +547,7 @@ def sarif_log(report: Report) -> dict[str, Any]:
                 result["properties"] = {"details": v.to_dict()["details"]}
             results.append(result)
     return {
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "$schema": "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json",
         "version": "2.1.0",
         "runs": [{
             "tool": {"driver": {

@@ -1,6 +1,6 @@
 """What every integration shares: post-import hooks, exact patching, version checks, and
 the reading of an adapter folder a library is about to load (`local_adapter`; the checks
-themselves are the checker's, `lora_guard._check_adapters.spec_violations`).
+themselves are the checker's, `lora_guard.check_adapters`).
 
 An `Integration` names the functions it guards (`Patch`: module, attribute path, the
 parameters it expects, and the wrapper). `instrument()` registers a wrapt post-import hook

@@ -4,7 +4,7 @@ Guarded (PEFT >= 0.17):
 
 - ``PeftModel.load_adapter``: the adapter folder's config and safetensors header (never the
   tensor data) go through the checker of ``lora-guard check``
-  (`lora_guard._check_adapters.spec_violations`) before PEFT adds a single module, with what
+  (`lora_guard.check_adapters`) before PEFT adds a single module, with what
   PEFT serves: every config feature allowed, LG109 against the live model's modules. So:
   malformed files (LG108), A/B rank disagreement or ranks that contradict
   ``r``/``rank_pattern`` (LG102), orphan halves (LG103), zero-size tensors (LG107), weights

@@ -4,7 +4,7 @@ Guarded (sglang >= 0.5, the module paths of ``sglang.srt``):
 
 - ``LoRAManager.load_lora_adapter``: before sglang reads a tensor, the adapter's config and
   safetensors header go through the checker of ``lora-guard check``
-  (`lora_guard._check_adapters.spec_violations`) with the server's limits: ranks of ``r``,
+  (`lora_guard.check_adapters`) with the server's limits: ranks of ``r``,
   ``rank_pattern`` and the tensors against ``--max-lora-rank`` (LG101; sglang compares
   ``r`` only), weights for modules outside ``--lora-target-modules`` (LG104, fused
   ``qkv_proj`` / ``gate_up_proj`` serving their parts) or outside LoRA key grammar (sglang

@@ -4,7 +4,7 @@ Guarded (vLLM >= 0.11, ``vllm.lora.lora_model`` / ``model_manager`` / ``worker_m
 
 - ``LoRAModel.from_local_checkpoint`` (the successor of ``vllm.lora.models``'): before a
   tensor is read, the adapter's config and safetensors header go through the checker of
-  ``lora-guard check`` (`lora_guard._check_adapters.spec_violations`) with the engine's
+  ``lora-guard check`` (`lora_guard.check_adapters`) with the engine's
   limits: ``max_lora_rank`` (LG101, for ``r``, ``rank_pattern`` and the tensors),
   ``expected_lora_modules`` (LG104, unless a ``weights_mapper`` renames the weights) and
   ``model_vocab_size`` (LG109 for an embedding's A or lm_head's B). So vLLM also gets the
