@@ -59,7 +59,12 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         if watch.thread != me:
             continue
         if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
-            watch.opened.append(os.fsdecode(args[0]))
+            path = os.fsdecode(args[0])
+            if isinstance(args[2], int) and args[2] & getattr(os, "O_NOFOLLOW", 0):
+                # a link itself is never followed: where it is, not where it leads
+                path = os.path.join(os.path.realpath(os.path.dirname(path)),
+                                    os.path.basename(path))
+            watch.opened.append(path)
         elif event in ("os.listdir", "os.scandir") and args and args[0] is not None:
             watch.listed.append(os.fsdecode(args[0]))
         elif event in _RUNS_CODE:
@@ -69,13 +74,18 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 
 
 sys.addaudithook(_hook)
+lg.check_adapters([])  # import what the checker imports lazily before anything is watched
 
 _PYTHON_DIRS = tuple({os.path.realpath(p) for p in (
     sys.prefix, sys.base_prefix, sysconfig.get_paths()["purelib"], str(ROOT / "src"))})
 
 
 def _inside(path: str, folder: Path) -> bool:
-    real, top = os.path.realpath(path), os.path.realpath(folder)
+    real, top = os.path.normpath(path), os.path.realpath(folder)
+    if os.path.basename(os.path.dirname(top)) == "snapshots":  # a Hugging Face cache repo
+        top = os.path.dirname(os.path.dirname(top))
+    if os.path.islink(path) and not real.startswith(top + os.sep):
+        real = os.path.realpath(path)
     return real == top or real.startswith(top + os.sep)
 
 
@@ -197,17 +207,67 @@ def test_lora_guard_check_answers_the_whole_corpus_without_a_traceback(tmp_path:
         root = tmp_path / case.name
         root.mkdir()
         built = case.build(root)
-        if built.exists() or built.is_symlink():  # a missing path is exit 2 (test_cli.py)
+        if os.path.lexists(built):  # a missing path is exit 2 (test_cli.py)
             paths.append(str(built))
-    done = subprocess.run(
-        [sys.executable, "-c", "import sys; from lora_guard._cli import main; "
-         "sys.exit(main(sys.argv[1:]))", "check", "--format", "json", "--no-progress", *paths],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )
-    assert done.returncode == 1, done.stderr
-    assert "Traceback" not in done.stderr
-    result = json.loads(done.stdout)
-    assert result  # a JSON report came out
+    for form in ("json", "text"):  # text: names no terminal prints are escaped, not a crash
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from lora_guard._cli import main; "
+             "sys.exit(main(sys.argv[1:]))", "check", "--format", form, "--no-progress",
+             *paths],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+            errors="backslashreplace",
+        )
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert not (tmp_path / MARKER).exists()
+
+
+# --- every case in a child process with a time and a memory limit ----------------------------
+
+CHILD_SECONDS = 240
+"""Time for the child to answer the whole corpus (it takes well under a minute here)."""
+CHILD_MEMORY = 2 * 2**30
+"""RLIMIT_AS of the child: address space, so Python's own mappings count too."""
+
+_CHILD = textwrap.dedent("""
+    import json, resource, sys
+    resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
+    import lora_guard as lg
+    out = {}
+    for name, path in json.loads(sys.stdin.read()).items():
+        try:
+            report = lg.check_adapters(path)
+            out[name] = sorted({v.code for v in report.violations})
+        except BaseException as exc:  # MemoryError included: the parent reports it
+            out[name] = ["raised " + type(exc).__name__ + ": " + str(exc)[:200]]
+    print(json.dumps(out))
+""")
+
+
+def test_every_case_is_answered_in_a_child_process_under_time_and_memory_limits(
+        tmp_path: Path) -> None:
+    """A hang (the re module holds the GIL), a runaway allocation or a crash of the
+    interpreter cannot hide in a thread here: the child has an address-space limit
+    (``resource.setrlimit``) and a deadline, and every case must give its expected code."""
+    resource = pytest.importorskip("resource")
+    del resource
+    paths = {}
+    for case in CASES:
+        root = tmp_path / case.name
+        root.mkdir()
+        paths[case.name] = str(case.build(root))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(CHILD_MEMORY)], input=json.dumps(paths),
+            capture_output=True, text=True, timeout=CHILD_SECONDS, cwd=tmp_path)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the corpus was not answered within {CHILD_SECONDS} s")
+    assert done.returncode == 0, done.stderr[-2_000:]
+    codes = json.loads(done.stdout)
+    wrong = {c.name: codes[c.name] for c in CASES
+             if (c.expect is None and codes[c.name]) or (
+                 c.expect is not None and c.expect not in codes[c.name])}
+    assert not wrong, wrong
     assert not (tmp_path / MARKER).exists()
 
 
@@ -231,3 +291,159 @@ def test_a_rank_pattern_that_backtracks_forever_is_refused_not_run(tmp_path: Pat
     except subprocess.TimeoutExpired:
         pytest.fail("check_adapters was still matching the pattern after 5 s")
     assert "LG108" in done.stdout, done.stdout + done.stderr
+
+
+# --- round 2: what is not a file in an adapter folder ------------------------------------------
+
+
+def test_an_unreadable_subfolder_is_reported_not_skipped(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    top = tmp_path / "uploads"
+    adapter(top, name="good")
+    (top / "locked").mkdir()
+    real_scandir = os.scandir
+
+    def scandir(path: Any) -> Any:  # EACCES as a non-root user gets it (tests may run as root)
+        if os.fspath(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    report = lg.check_adapters(top)
+    assert [v.code for v in report.violations] == ["LG108"]
+    assert "locked" in report.violations[0].message
+    assert "Permission denied" in report.violations[0].message
+    assert len(report.ids) == 2  # the readable adapter is still checked
+
+
+def test_a_file_that_shrinks_while_read_is_lg108_not_a_struct_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = adapter(tmp_path)
+    real_read = os.read
+
+    def read(fd: int, count: int) -> bytes:
+        if count == 5:  # what is left of the 8-byte length after the first 3 bytes
+            return b""
+        data = real_read(fd, count)
+        return data[:3] if count == 8 else data  # truncated by another process after fstat
+
+    monkeypatch.setattr(os, "read", read)
+    with pytest.raises(lg.AdapterError, match="shrank"):
+        lg.inspect_adapter(folder)
+
+
+def test_a_fifo_or_a_duplicate_key_as_the_base_config_is_refused_without_blocking(
+        tmp_path: Path) -> None:
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)  # no writer: opening it for reading would block forever
+    folder = adapter(tmp_path / "a")
+    duplicate = tmp_path / "dup.json"
+    duplicate.write_text('{"hidden_size": 64, "hidden_size": 4096, "num_hidden_layers": 2}')
+    script = textwrap.dedent("""
+        import sys, lora_guard as lg
+        for base in sys.argv[2:]:
+            try:
+                lg.check_adapters(sys.argv[1], lg.ServingLimits(base_config=base))
+                print("accepted")
+            except (ValueError, TypeError) as exc:
+                print(exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(folder), str(fifo), str(duplicate)],
+                          capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout + done.stderr
+    assert "not a regular file" in lines[0]
+    assert "duplicate key 'hidden_size'" in lines[1]
+
+
+# --- round 2: the guards --------------------------------------------------------------------
+
+
+def test_every_way_of_storing_into_a_guarded_cache_is_checked_all_or_nothing() -> None:
+    torch = pytest.importorskip("torch")
+    old, new = torch.empty(16, 64), torch.empty(8, 64)
+    attempts: list[Callable[[lg.GuardedCache], Any]] = [
+        lambda c: c.__setitem__("k", new),
+        lambda c: c.update({"k": new}),
+        lambda c: c.update([("k", new)]),
+        lambda c: c.update(k=new),
+        lambda c: c.__ior__({"k": new}),
+        lambda c: c.setdefault("k", new),
+        lambda c: c.update([("x", old), ("x", new)]),  # the same key twice in one call
+    ]
+    for attempt in attempts:
+        store = {"k": old}
+        cache = lg.GuardedCache(store)
+        with pytest.raises(lg.CacheKeyCollisionError):
+            attempt(cache)
+        assert store == {"k": old}, attempt  # nothing stored, not even the other entries
+    cache = lg.GuardedCache({"k": old})
+    with pytest.raises(lg.CacheKeyCollisionError):
+        cache |= {"k": new}
+
+
+@pytest.mark.parametrize(("value", "error", "says"), [
+    ((16.9, 64), TypeError, "dim 0 of the shape is 16.9 (float), not an integer"),
+    ((-8, 64), ValueError, "dim 0 of the shape is -8, a negative size"),
+    ((1,) * 65, ValueError, "its shape has more than 64 dims"),
+    ("8x64", None, ""),  # not a shape at all: None, as for any object without one
+])
+def test_shape_of_takes_only_non_negative_integer_dims(value: Any, error: Any,
+                                                       says: str) -> None:
+    from lora_guard._checks import shape_of
+
+    class Meta:
+        shape = value
+
+    if error is None:
+        assert shape_of(value) is None
+        with pytest.raises(TypeError, match="text"):
+            shape_of(Meta(), name="lora_A")
+        return
+    with pytest.raises(error, match="lora_A: " + says.replace("(", r"\(").replace(")", r"\)")):
+        shape_of(Meta(), name="lora_A")
+
+
+def test_shape_of_an_endless_iterator_or_a_jagged_tensor_is_a_clear_error() -> None:
+    import itertools
+
+    from lora_guard._checks import shape_of
+    torch = pytest.importorskip("torch")
+
+    class Endless:
+        @property
+        def shape(self) -> Any:
+            return itertools.count()
+
+    with pytest.raises(ValueError, match="weight: its shape has more than 64 dims"):
+        shape_of(Endless(), name="weight")
+    jagged = torch.nested.nested_tensor([torch.zeros(2, 3), torch.zeros(4, 3)],
+                                        layout=torch.jagged)
+    with pytest.raises(TypeError, match="weight: dim 1 of the shape is ragged"):
+        shape_of(jagged, name="weight")
+
+
+def test_two_threads_loading_one_adapter_never_lose_the_one_that_loaded() -> None:
+    registry = lg.LayoutRegistry()
+    weights = {"layers.0.mlp.experts.gate_up_proj.lora_A": (1, 32, 64)}
+    first_in_body = threading.Event()
+    first_may_fail = threading.Event()
+
+    @lg.guard_adapter_load(registry, adapter_id="name", weights="tensors")
+    def load(name: str, tensors: Any, fail: bool) -> None:
+        if fail:
+            first_in_body.set()
+            first_may_fail.wait(10)
+            raise OSError("disk full")
+
+    def failing() -> None:
+        with pytest.raises(OSError):
+            load("math", weights, True)
+
+    worker = threading.Thread(target=failing)
+    worker.start()
+    assert first_in_body.wait(10)
+    load("math", weights, False)  # succeeds while the first load is still in its body
+    first_may_fail.set()
+    worker.join(10)
+    assert "math" in registry.adapters  # the failed load did not take the loaded one away

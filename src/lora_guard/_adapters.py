@@ -8,6 +8,7 @@ vectors, ``lora_B.bias``, ``modules_to_save`` and saved embedding weights, train
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import math
@@ -16,14 +17,20 @@ import pathlib
 import re
 import stat
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ._checks import MoELayout, check_moe_layouts
 from ._config import refuse
 from ._errors import Violation, make_violation
-from ._safetensors import HeaderError, TensorInfo, read_header_and_size
+from ._safetensors import (
+    OPEN_FLAGS,
+    HeaderError,
+    TensorInfo,
+    json_value_bound,
+    read_header_from_fd,
+)
 
 __all__ = [
     "CONFIG_NAME",
@@ -41,6 +48,7 @@ __all__ = [
     "malformed_violation",
     "parse_config",
     "parameter_key",
+    "parse_json_config",
     "pattern_value",
     "read_config",
 ]
@@ -207,10 +215,11 @@ class AdapterSpec:
 
 
 def is_adapter_dir(path: pathlib.Path) -> bool:
-    """A folder that holds an adapter config or adapter weights."""
+    """A folder that holds an adapter config or adapter weights (looked up by name: no
+    listing, so a folder of 100,000 files costs a few lookups)."""
     try:
-        names = os.listdir(path)
-    except OSError:
+        names = [n for n in _ADAPTER_FILES if os.path.lexists(os.path.join(path, n))]
+    except (OSError, ValueError):
         return False
     return not _ADAPTER_FILES.isdisjoint(names)
 
@@ -230,42 +239,90 @@ def _link_root(folder: pathlib.Path) -> str:
     return real
 
 
-def _regular_file(folder: pathlib.Path, name: str) -> str | None:
-    """The path of ``folder/name`` if it exists (None if not), refusing a symlink that leads
-    out of the folder and anything but a regular file. One lstat when it is a plain file."""
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def _open_regular(folder: pathlib.Path, name: str) -> tuple[int, os.stat_result] | None:
+    """``folder/name`` opened once (``O_NOFOLLOW | O_NONBLOCK``) and its ``fstat``, or None
+    when it does not exist. Everything after this reads through the descriptor, so nothing
+    can be swapped in between. A symlink is followed only when it stays inside the folder
+    (or the Hugging Face cache repository holding a snapshot folder); a FIFO, a device or a
+    folder is refused without blocking; a hard link to a file someone else owns is refused
+    (a hard link cannot tell where its other names are; one owned by another user is how a
+    file outside the folder gets in, while one of your own is a dedup or a copy)."""
     path = os.path.join(folder, name)
     try:
-        info = os.lstat(path)
+        fd = os.open(path, OPEN_FLAGS | _NOFOLLOW)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise Malformed(name, f"cannot be read ({exc.strerror or exc})") from None
-    if stat.S_ISLNK(info.st_mode):
-        real_folder = _link_root(folder)
+        if exc.errno not in (errno.ELOOP, errno.EMLINK) or not os.path.islink(path):
+            raise Malformed(name, f"cannot be opened ({_reason(exc)})") from None
+        fd = _open_link(folder, name, path)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Malformed(name, "not a regular file")
+        if (info.st_nlink > 1 and hasattr(os, "geteuid")
+                and info.st_uid != os.geteuid()):
+            raise Malformed(name, f"a hard link ({info.st_nlink} names) to a file owned by "
+                            "another user; refused as possibly outside the folder", kind="link")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def _open_link(folder: pathlib.Path, name: str, path: str) -> int:
+    """Open the target of the symlink ``path`` if it resolves inside the link root."""
+    try:
+        target = os.readlink(path)
+        root = _link_root(folder)
         real = os.path.realpath(path)
-        if os.path.commonpath([real_folder, real]) != real_folder:
-            raise Malformed(name, f"path leads outside the adapter folder (symlink to "
-                            f"{os.readlink(path)}); refused", kind="link")
-        try:
-            info = os.stat(path)
-        except OSError:
-            raise Malformed(name, f"symlink to {os.readlink(path)} leads nowhere") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise Malformed(name, "not a regular file")
-    return path
+    except (OSError, ValueError) as exc:
+        reason = _reason(exc) if isinstance(exc, OSError) else str(exc)
+        raise Malformed(name, f"symlink cannot be resolved ({reason})") from None
+    if not _within(real, root):
+        raise Malformed(name, f"path leads outside the adapter folder (symlink to "
+                        f"{target}); refused", kind="link")
+    try:
+        fd = os.open(real, OPEN_FLAGS | _NOFOLLOW)
+    except OSError as exc:
+        raise Malformed(name, f"symlink to {target} leads nowhere ({_reason(exc)})") from None
+    opened = _opened_path(fd)  # a folder on the way swapped for a link since realpath
+    if opened is not None and not _within(opened, root):
+        os.close(fd)
+        raise Malformed(name, f"path leads outside the adapter folder (symlink to "
+                        f"{target}, changed while opened); refused", kind="link")
+    return fd
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise Malformed(CONFIG_NAME, f"duplicate key {key!r}")
-        result[key] = value
-    return result
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _reject_constant(name: str) -> Any:  # NaN/Infinity: not JSON, and a NaN alpha is NaN output
-    raise Malformed(CONFIG_NAME, f"non-standard JSON constant {name}; every number must be finite")
+def _opened_path(fd: int) -> str | None:
+    """Where an open descriptor really is (Linux /proc), or None where that cannot be told."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 22))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
@@ -276,14 +333,18 @@ def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
     ``peft_type`` first. Raises `Malformed` when it cannot be read.
     """
     folder = pathlib.Path(folder)
-    file = _regular_file(folder, CONFIG_NAME)
-    if file is None:
+    opened = _open_regular(folder, CONFIG_NAME)
+    if opened is None:
         raise Malformed(CONFIG_NAME, "missing; an adapter folder needs adapter_config.json")
+    fd, info = opened
     try:
-        with open(file, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise Malformed(CONFIG_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
+        raw = _read_fd(fd, MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise Malformed(CONFIG_NAME, f"cannot be read ({exc.strerror or exc})") from None
+        raise Malformed(CONFIG_NAME, f"cannot be read ({_reason(exc)})") from None
+    finally:
+        os.close(fd)
     return parse_config(raw), len(raw)
 
 
@@ -292,19 +353,46 @@ def parse_config(raw: bytes) -> dict[str, Any]:
     (the size cap, no duplicate keys or NaN); raises `Malformed`. Remote reads use it too."""
     if len(raw) > MAX_CONFIG_BYTES:
         raise Malformed(CONFIG_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
+    return parse_json_config(raw, CONFIG_NAME)
+
+
+MAX_CONFIG_VALUES = 200_000
+"""Most JSON values a config may hold (an upper bound counted before parsing): a real one has
+a few hundred, a big ``rank_pattern`` a few thousand. Bounds the parse to about 20 MB."""
+
+
+def parse_json_config(raw: bytes, file: str) -> dict[str, Any]:
+    """A JSON object from ``raw`` (a config file's bytes), bounded and strict: no duplicate
+    keys, no NaN, at most `MAX_CONFIG_VALUES` values, every failure a `Malformed`."""
+    values = json_value_bound(raw)
+    if values > MAX_CONFIG_VALUES:
+        raise Malformed(file, f"holds up to {values:,} JSON values, more than the "
+                        f"{MAX_CONFIG_VALUES:,} a config may (memory bound)")
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                raise Malformed(file, f"duplicate key {key!r}")
+            result[key] = value
+        return result
+
+    def reject_constant(name: str) -> Any:  # NaN/Infinity: not JSON; a NaN alpha is NaN output
+        raise Malformed(file, f"non-standard JSON constant {name}; every number must be finite")
+
     try:
-        config = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates,
-                            parse_constant=_reject_constant)
+        config = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates,
+                            parse_constant=reject_constant)
     except Malformed:
         raise
     except UnicodeDecodeError:
-        raise Malformed(CONFIG_NAME, "not UTF-8 text") from None
+        raise Malformed(file, "not UTF-8 text") from None
     except RecursionError:
-        raise Malformed(CONFIG_NAME, "JSON nested too deeply") from None
-    except ValueError as exc:
-        raise Malformed(CONFIG_NAME, f"invalid JSON ({exc})") from None
+        raise Malformed(file, "JSON nested too deeply") from None
+    except ValueError as exc:  # also an integer past Python's digit limit
+        raise Malformed(file, f"invalid JSON ({str(exc)[:200]})") from None
     if not isinstance(config, dict):
-        raise Malformed(CONFIG_NAME, f"not a JSON object but a {type(config).__name__}")
+        raise Malformed(file, f"not a JSON object but a {type(config).__name__}")
     return config
 
 
@@ -325,7 +413,13 @@ def checked_config(config: dict[str, Any],
 
 
 _MAX_PATTERN_KEY = 512
-_MAX_PATTERN_REPEATS = 3
+_MAX_PATTERN_REPEATS = 2
+_MAX_PATTERN_KEYS = 10_000
+MATCH_BUDGET = 2_000_000_000
+"""Worst-case backtracking steps all ``rank_pattern``/``alpha_pattern`` keys of one adapter
+may cost against its module names (a key with ``k`` unbounded repeats costs about
+``len(name) ** (k + 1)`` per name under PEFT's ``(.*\\.)?(key)$`` wrapper); about two
+seconds of matching. Over it, the adapter is LG108 before anything is matched."""
 
 
 def _clip(text: str, limit: int = 120) -> str:
@@ -346,6 +440,7 @@ def _repeats(parsed: Any, inside_repeat: bool = False) -> tuple[int, bool]:
             children = [arg[-1]]
         elif str(op) == "BRANCH":
             children = list(arg[1])
+            nested = nested or inside_repeat  # (a|aa)*: ambiguous alternatives, repeated
         elif str(op) in ("ASSERT", "ASSERT_NOT"):
             children = [arg[1]]
         for child in children:
@@ -354,7 +449,7 @@ def _repeats(parsed: Any, inside_repeat: bool = False) -> tuple[int, bool]:
     return count, nested
 
 
-def _regex_problem(key: object) -> str | None:
+def _regex_problem(key: object, max_repeats: int = _MAX_PATTERN_REPEATS) -> str | None:
     """Why a rank_pattern/alpha_pattern key must not be matched, or None.
 
     PEFT matches each key with ``re.match(rf"(.*\\.)?({key})$", module)``; Python's re
@@ -374,10 +469,58 @@ def _regex_problem(key: object) -> str | None:
     if nested:
         return ("nests one repetition in another, which can take exponential time to match; "
                 "use a module name or suffix such as 'q_proj' or 'layers\\.0\\..*'")
-    if count > _MAX_PATTERN_REPEATS:
-        return (f"repeats {count} times (at most {_MAX_PATTERN_REPEATS}), which can take "
+    if len(_REPEATS) > 50_000:
+        _REPEATS.clear()
+    _REPEATS[key] = count
+    if count > max_repeats:
+        return (f"repeats {count} times (at most {max_repeats}), which can take "
                 "polynomial time of high degree to match; use a module name or suffix")
     return None
+
+
+_REPEATS: dict[str, int] = {}  # unbounded repeats of each key _regex_problem accepted
+
+
+def _pattern_cost(config: Mapping[str, Any], modules: Iterable[str]) -> int:
+    """Worst-case matching steps of the config's pattern keys against ``modules``."""
+    keys = [k for name in ("rank_pattern", "alpha_pattern")
+            for k in (config.get(name) or {})]
+    if not keys:
+        return 0
+    lengths = [len(m) + 64 for m in modules]  # the name PEFT matches can be a little longer
+    total = 0
+    for key in keys:
+        reps = _REPEATS.get(key, _MAX_PATTERN_REPEATS) + 1  # the wrapper's (.*\.)?
+        total += sum(n ** reps for n in lengths)
+        if total > MATCH_BUDGET:
+            break
+    return total
+
+
+_PLAIN = re.compile(r"[\w.-]+")  # a key with no regex syntax but '.' (any character)
+_Matcher = tuple[str, "re.Pattern[str] | None", str, int]
+_PREPARED: dict[tuple[str, ...], list[_Matcher]] = {}
+
+
+def _prepared(keys: tuple[str, ...]) -> list[_Matcher]:
+    """Each key's matcher: for a plain key (the usual module name or suffix) the literal end
+    it must have and its length, so most names are rejected by one ``endswith``; otherwise
+    PEFT's regex, compiled once."""
+    found = _PREPARED.get(keys)
+    if found is None:
+        found = []
+        for key in keys:
+            try:
+                if _PLAIN.fullmatch(key):
+                    found.append((key, re.compile(key), key.rsplit(".", 1)[-1], len(key)))
+                else:
+                    found.append((key, re.compile(rf"(.*\.)?({key})$"), "", -1))
+            except re.error:
+                found.append((key, None, "", -1))
+        if len(_PREPARED) > 256:
+            _PREPARED.clear()
+        _PREPARED[keys] = found
+    return found
 
 
 def _regex_parser() -> Any:
@@ -409,6 +552,9 @@ def _validate_config(config: Mapping[str, Any]) -> None:
             continue
         if not isinstance(pattern, dict):
             raise bad(name, "not an object of module-regex -> value")
+        if len(pattern) > _MAX_PATTERN_KEYS:
+            raise Malformed(CONFIG_NAME, f"{name} has {len(pattern):,} keys (at most "
+                            f"{_MAX_PATTERN_KEYS:,}); name fewer modules or use a suffix")
         for key, value in pattern.items():
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
                 math.isfinite(value))
@@ -425,6 +571,10 @@ def _validate_config(config: Mapping[str, Any]) -> None:
         isinstance(targets, list) and all(isinstance(t, str) for t in targets)
     ):
         raise bad("target_modules", "not a list of module names or a regex string")
+    if isinstance(targets, str):  # PEFT: re.fullmatch(target_modules, every module name)
+        problem = _regex_problem(targets, _MAX_PATTERN_REPEATS + 1)
+        if problem:
+            raise Malformed(CONFIG_NAME, f"target_modules regex {_clip(targets)!r} {problem}")
     parameters = config.get("target_parameters")
     if parameters is not None and not (
         isinstance(parameters, list) and all(isinstance(t, str) for t in parameters)
@@ -442,21 +592,24 @@ def _validate_config(config: Mapping[str, Any]) -> None:
 def _read_weights(
     folder: pathlib.Path, required: bool = True
 ) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
-    file = _regular_file(folder, WEIGHTS_NAME)
-    if file is None and not required:
+    opened = _open_regular(folder, WEIGHTS_NAME)
+    if opened is None and not required:
         return {}, {}, 0
-    if file is None:
+    if opened is None:
         for name in _PICKLE_NAMES:
             if os.path.lexists(os.path.join(folder, name)):
                 raise Malformed(name, "pickle weights refused (never unpickled); convert to "
                                 "safetensors", kind="pickle")
         raise Malformed(WEIGHTS_NAME, "missing; no adapter weights in the folder")
+    fd, info = opened
     try:
-        tensors, metadata, size = read_header_and_size(file)
+        tensors, metadata, size = read_header_from_fd(fd, info.st_size)
     except HeaderError as exc:
         raise Malformed(WEIGHTS_NAME, exc.problem) from None
     except OSError as exc:
-        raise Malformed(WEIGHTS_NAME, f"cannot be read ({exc.strerror or exc})") from None
+        raise Malformed(WEIGHTS_NAME, f"cannot be read ({_reason(exc)})") from None
+    finally:
+        os.close(fd)
     return tensors, metadata, size
 
 
@@ -473,12 +626,20 @@ def pattern_value(pattern: Mapping[str, Any], module: str) -> Any:
         ...               "model.layers.1.self_attn.q_proj")
         16
     """
-    for key, value in pattern.items():
-        try:
-            if re.match(rf"(.*\.)?({key})$", module):
-                return value
-        except re.error:
+    if not pattern:
+        return None
+    keys = tuple(k for k in pattern if isinstance(k, str))
+    for key, regex, end, size in _prepared(keys):
+        if regex is None:
             continue
+        if size >= 0:  # plain: the last ``size`` characters, after a '.' or the start
+            if not module.endswith(end) or len(module) < size or (
+                    len(module) > size and module[-size - 1] != "."):
+                continue
+            if regex.fullmatch(module, len(module) - size):
+                return pattern[key]
+        elif regex.match(module):
+            return pattern[key]
     return None
 
 
@@ -676,9 +837,15 @@ def load_spec(
     no modules) instead of an LG108; a safetensors file that is there is read as strictly.
     """
     folder = pathlib.Path(path)
-    if not folder.exists():
-        raise Malformed(str(folder), "no such file or folder", kind="not-found")
-    if not folder.is_dir():
+    try:
+        is_dir = stat.S_ISDIR(os.stat(folder).st_mode)
+    except FileNotFoundError:
+        raise Malformed(str(folder), "no such file or folder", kind="not-found") from None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise Malformed(str(folder)[:200], f"cannot be read ({reason})",
+                        kind="not-found") from None
+    if not is_dir:
         raise Malformed(folder.name, "not an adapter folder (expected a folder holding "
                         "adapter_config.json and adapter_model.safetensors)", kind="not-found")
     config, config_size = _read_config(folder, config_defaults)
@@ -707,6 +874,12 @@ def build_spec(
                 unknown.append(key)
             else:
                 extra[key] = other
+    if _pattern_cost(config, halves) > MATCH_BUDGET:
+        raise Malformed(CONFIG_NAME, f"rank_pattern/alpha_pattern would take more than "
+                        f"{MATCH_BUDGET:,} regex steps to match against the "
+                        f"{len(halves):,} module names (longest "
+                        f"{max(map(len, halves), default=0):,} characters); use shorter "
+                        "patterns with fewer '.*'", kind="malformed")
     modules = {
         module: _module_record(module, parts, tensors, config)
         for module, parts in sorted(halves.items())

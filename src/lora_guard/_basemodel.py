@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._safetensors import OPEN_FLAGS, json_value_bound
+
 __all__ = ["BaseModelDims", "load_base_config"]
 
 MAX_BASE_CONFIG_BYTES = 10_000_000
+MAX_BASE_CONFIG_VALUES = 200_000
+"""Most JSON values a base config.json may hold (a real one has a few hundred)."""
 
 
 def _int(config: Mapping[str, Any], *names: str) -> int | None:
@@ -154,20 +159,50 @@ def load_base_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> Base
     if isinstance(source, Mapping):
         return BaseModelDims.from_config(source, "base_config")
     path = pathlib.Path(source)
-    if path.is_dir():
-        path = path / "config.json"
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BASE_CONFIG_BYTES + 1)
-    except OSError as exc:
+        if path.is_dir():
+            path = path / "config.json"
+        fd = os.open(path, OPEN_FLAGS)  # never blocks: a FIFO is refused below, not waited on
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ValueError(
-            f"cannot read base config {str(path)!r}: {exc.strerror or exc}; pass the base "
+            f"cannot read base config {str(path)[:200]!r}: {reason}; pass the base "
             "model's config.json"
         ) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"base config {str(path)[:200]!r} is not a regular file; pass "
+                             "the base model's config.json")
+        if info.st_size > MAX_BASE_CONFIG_BYTES:
+            raise ValueError(
+                f"base config {str(path)!r} is larger than {MAX_BASE_CONFIG_BYTES} bytes")
+        raw = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))[: MAX_BASE_CONFIG_BYTES + 1]
+    except OSError as exc:
+        raise ValueError(f"cannot read base config {str(path)[:200]!r}: "
+                         f"{exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if len(raw) > MAX_BASE_CONFIG_BYTES:
         raise ValueError(f"base config {str(path)!r} is larger than {MAX_BASE_CONFIG_BYTES} bytes")
+    if json_value_bound(raw) > MAX_BASE_CONFIG_VALUES:
+        raise ValueError(f"base config {str(path)!r} holds more than "
+                         f"{MAX_BASE_CONFIG_VALUES:,} JSON values (memory bound)")
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result = dict(pairs)
+        if len(result) != len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    raise ValueError(f"duplicate key {key[:80]!r}: a loader silently takes "
+                                     "the last one")
+                seen.add(key)
+        return result
+
     try:
-        config = json.loads(raw.decode("utf-8"))
+        config = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"base config {str(path)!r} is not valid JSON ({exc})") from None
+        raise ValueError(f"base config {str(path)!r} is not valid JSON "
+                         f"({str(exc)[:200]})") from None
     return BaseModelDims.from_config(config, str(path))

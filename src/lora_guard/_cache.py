@@ -78,9 +78,9 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
     def __contains__(self, key: object) -> bool:
         return key in self.__wrapped__
 
-    def _admit(self, key: Any, value: Any) -> None:
+    def _admit(self, key: Any, value: Any, staged: Mapping[Any, Any] | None = None) -> None:
         store = self.__wrapped__
-        cached = store.get(key)
+        cached = staged[key] if staged and key in staged else store.get(key)
         if cached is None or cached is value or STATE.off:
             return
         violation = check_cache_entry(key, cached, value)
@@ -112,13 +112,22 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
 
     def update(self, other: Mapping[Any, Any] | Iterable[tuple[Any, Any]] = (), /,
                **kwargs: Any) -> None:
-        items = list(other.items() if isinstance(other, Mapping) else other) + list(
-            kwargs.items())
+        items = [(key, value) for key, value in (
+            other.items() if isinstance(other, Mapping) else other)] + list(kwargs.items())
         with self._self_lock:
-            for key, value in items:  # all or nothing: check every entry before storing any
-                self._admit(key, value)
+            staged: dict[Any, Any] = {}
+            for key, value in items:  # all or nothing: check every entry before storing any,
+                self._admit(key, value, staged)  # each against what the call stored before it
+                staged[key] = value
             for key, value in items:
                 self.__wrapped__[key] = value
+
+    def __ior__(  # type: ignore[misc]
+        self, other: Mapping[Any, Any] | Iterable[tuple[Any, Any]]
+    ) -> GuardedCache:
+        """``cache |= entries``: the same check as `update`, all or nothing."""
+        self.update(other)
+        return self
 
     def __repr__(self) -> str:
         return f"GuardedCache({self.__wrapped__!r}, on_collision={self._self_on_collision!r})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import stat
 import types
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -296,37 +297,76 @@ def _fetch_remote(items: list[PathOrSpec]) -> dict[int, list[tuple[str, Future[A
 # --- discovery -----------------------------------------------------------------------------
 
 
+MAX_SEARCH_DEPTH = 64
+"""Deepest folder a search descends to below the path given (an upload nests 3 or 4)."""
+MAX_SEARCH_ENTRIES = 200_000
+"""Most folder entries a search looks at, in all; past it the search stops and says so."""
+
+
 def _discover(item: PathOrSpec) -> list[tuple[str, AdapterSpec | pathlib.Path | Malformed]]:
     if isinstance(item, AdapterSpec):
         return [(str(item.path), item)]
     path = pathlib.Path(item)
     shown = os.fspath(item)
-    if not path.exists() and not path.is_symlink():
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return [(shown, Malformed(shown, "a symlink that leads nowhere", kind="not-found"))]
         return [(shown, Malformed(shown, "no such file or folder", kind="not-found"))]
-    if path.is_file() and path.name in ("adapter_config.json", "adapter_model.safetensors"):
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return [(shown, Malformed(shown, f"cannot be read ({reason})", kind="not-found"))]
+    if stat.S_ISREG(info.st_mode) and path.name in (
+            "adapter_config.json", "adapter_model.safetensors"):
         return [(str(path.parent), path.parent)]
-    if not path.is_dir():
+    if not stat.S_ISDIR(info.st_mode):
         return [(shown, Malformed(shown, "not an adapter folder", kind="not-found"))]
     if is_adapter_dir(path):
         return [(shown, path)]
     found: list[tuple[str, AdapterSpec | pathlib.Path | Malformed]] = []
-    for root, dirs, _ in os.walk(path):  # symlinked folders are not followed
-        dirs.sort()
-        here = pathlib.Path(root)
-        keep = []
-        for d in dirs:
-            child = here / d
-            if child.is_symlink():
-                if is_adapter_dir(child):  # said, not read: it may lead anywhere
-                    found.append((str(child), Malformed(
-                        str(child), f"a symlinked folder (to {os.readlink(child)}) is not "
-                        "followed when a folder is searched; pass it explicitly to check it",
-                        kind="link")))
-            elif is_adapter_dir(child):
+    stack: list[tuple[pathlib.Path, int]] = [(path, 0)]  # iterative: no recursion limit
+    seen = 0
+    while stack:
+        here, depth = stack.pop()
+        try:
+            with os.scandir(here) as entries:
+                children = sorted((e for e in entries), key=lambda e: e.name)
+        except OSError as exc:
+            found.append((str(here), Malformed(
+                str(here), f"folder cannot be read ({exc.strerror or type(exc).__name__}); "
+                "adapters in it were not checked", kind="not-found")))
+            continue
+        seen += len(children)
+        if seen > MAX_SEARCH_ENTRIES:
+            found.append((shown, Malformed(
+                shown, f"search stopped after {MAX_SEARCH_ENTRIES:,} folder entries; name the "
+                "adapter folders instead", kind="not-found")))
+            break
+        below: list[tuple[pathlib.Path, int]] = []
+        for entry in children:
+            child = here / entry.name
+            try:
+                if entry.is_symlink():
+                    if is_adapter_dir(child):  # said, not read: it may lead anywhere
+                        found.append((str(child), Malformed(
+                            str(child), f"a symlinked folder (to {os.readlink(child)}) is not "
+                            "followed when a folder is searched; pass it explicitly to check "
+                            "it", kind="link")))
+                    continue
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            if is_adapter_dir(child):
                 found.append((str(child), child))
+            elif depth + 1 >= MAX_SEARCH_DEPTH:
+                found.append((str(child), Malformed(
+                    str(child), f"folders nest deeper than {MAX_SEARCH_DEPTH} levels below "
+                    f"{shown}; the search does not go further", kind="not-found")))
             else:
-                keep.append(d)
-        dirs[:] = keep
+                below.append((child, depth + 1))
+        stack.extend(reversed(below))
     if not found:
         return [(shown, Malformed(
             shown, "no adapter found (no folder holding adapter_config.json or "

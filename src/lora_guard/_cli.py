@@ -401,6 +401,9 @@ def _text_report(report: Report, *, quiet: bool = False, style: _Style | None = 
             adapter_id, str(spec.rank), ",".join(spec.dtypes) or "-", spec.layout,
             _short(",".join(spec.target_modules) or "-", 40), _size(spec.size), result,
         ])
+    from ._errors import printable
+
+    rows = [[printable(cell) for cell in row] for row in rows]  # names come from files
     lines = _table(rows, right={1, 5})
     failed = sum(1 for i in report.ids if report.by_adapter.get(i))
     lines.append("")

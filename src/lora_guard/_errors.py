@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -291,7 +292,35 @@ def _only_code(cls: type[LoRAGuardError]) -> str:
 _MAX_TEXT = 300
 
 
+_LONG_NUMBER = re.compile(r"\d{21,}")
+_UNPRINTABLE = re.compile(r"[^\w \t!-/:-@\[-`{-~]")  # fast path: most text has none
+
+
+def _short_number(match: re.Match[str]) -> str:
+    digits = match.group()
+    return f"{digits[:5]}...{digits[-4:]} ({len(digits):,} digits)"
+
+
+def _escape(char: str) -> str:
+    if char.isprintable():
+        return char
+    return char.encode("unicode_escape", "backslashreplace").decode("ascii")
+
+
+def printable(text: str) -> str:
+    """``text`` (from a file a user uploaded) as a terminal can show it: long numbers
+    shortened (``12345...6789 (5,000 digits)``), control characters and lone surrogates
+    escaped (``\\ud800``). Every message goes through this, in `make_violation`."""
+    if len(text) > 20 and any(c.isdigit() for c in text):
+        text = _LONG_NUMBER.sub(_short_number, text)
+    if _UNPRINTABLE.search(text):
+        text = "".join(_escape(c) for c in text)
+    return text
+
+
 def _clip(text: str) -> str:
+    """`printable` text of at most about 300 characters."""
+    text = printable(text)
     if len(text) <= _MAX_TEXT:
         return text
     return f"{text[:200]}...{text[-60:]} ({len(text):,} chars)"

@@ -64,6 +64,10 @@ class LayoutRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # Each admission's number, and per thread what the last one replaced: a failed load
+        # puts back what *its* admission replaced, and only if nothing was admitted since.
+        self._generation: dict[str, int] = {}
+        self._local = threading.local()
         self._adapters: dict[str, MoELayout | None] = {}
         # Per layout, the admitted adapters in admission order: the first is the "owner".
         self._by_layout: dict[MoELayout, dict[str, None]] = {}
@@ -119,6 +123,10 @@ class LayoutRegistry:
         return layout
 
     def _record(self, adapter_id: str, layout: MoELayout | None) -> None:
+        before = (adapter_id in self._adapters, self._adapters.get(adapter_id))
+        generation = self._generation.get(adapter_id, 0) + 1
+        self._generation[adapter_id] = generation
+        self._local.admission = (adapter_id, before, generation)
         self._forget(adapter_id)
         self._adapters[adapter_id] = layout
         if layout is not None:
@@ -136,6 +144,25 @@ class LayoutRegistry:
         """Whether the adapter is admitted, and its layout: what `_restore` puts back."""
         with self._lock:
             return adapter_id in self._adapters, self._adapters.get(adapter_id)
+
+    def _last_admission(self) -> tuple[str, tuple[bool, MoELayout | None], int] | None:
+        """(id, the entry it replaced, its number) of this thread's last admission."""
+        found: tuple[str, tuple[bool, MoELayout | None], int] | None = getattr(
+            self._local, "admission", None)
+        return found
+
+    def _undo(self, admission: tuple[str, tuple[bool, MoELayout | None], int]) -> None:
+        """Undo one admission of a load that failed, unless another has been made since (a
+        concurrent load of the same id that succeeded keeps its adapter)."""
+        adapter_id, (admitted, layout), generation = admission
+        with self._lock:
+            if self._generation.get(adapter_id) != generation:
+                return
+            self._forget(adapter_id)
+            if admitted:
+                self._adapters[adapter_id] = layout
+                if layout is not None:
+                    self._by_layout.setdefault(layout, {})[adapter_id] = None
 
     def _restore(self, adapter_id: str, entry: tuple[bool, MoELayout | None]) -> None:
         admitted, layout = entry
@@ -202,12 +229,14 @@ def guard_adapter_load(
             if STATE.off:
                 return fn(*args, **kwargs)
             name = str(get_id(args, kwargs))
-            previous = registry._entry(name)
+            registry._local.admission = None
             registry.admit(name, get_weights(args, kwargs))
+            admission = registry._last_admission()
             try:
                 return fn(*args, **kwargs)
             except BaseException:
-                registry._restore(name, previous)  # a failed reload keeps the old admission
+                if admission is not None and admission[0] == name:
+                    registry._undo(admission)  # a failed reload keeps the old admission
                 raise
 
         return cast(F, wrapper)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ __all__ = [
     "header_length",
     "parse_header",
     "read_header_and_size",
+    "read_header_from_fd",
     "read_safetensors_header",
     "safetensors_code",
     "write_safetensors",
@@ -43,6 +45,14 @@ MAX_NESTING = 3
 
 MAX_NDIM = 64
 """More dims than any real tensor has; a longer shape is refused."""
+
+MAX_HEADER_VALUES = 2_000_000
+"""Most JSON values a header may hold (counted before parsing, as commas, colons and brackets
+outside nothing: an upper bound). A real adapter has about 8 per tensor, so this is 250,000
+tensors; it bounds the parse's memory to about 200 MB whatever the header holds (a 100 MB
+header of ``[[],[],...]`` would otherwise take 2.5 GB)."""
+
+_WHITESPACE = b" \t\n\r"
 
 DTYPE_BITS: Mapping[str, int] = {
     "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
@@ -139,6 +149,16 @@ def _depth(value: object, limit: int) -> int:
     return 1 + max((_depth(v, limit - 1) for v in items), default=0)
 
 
+def json_value_bound(raw: bytes) -> int:
+    """An upper bound on the number of JSON values in ``raw``, in a few C-speed passes.
+
+    Every value but the first of a container follows a comma, every object value a colon, and
+    every container opens with a bracket; counting them everywhere (strings included) can only
+    over-count, so refusing above a bound never lets a bigger parse through.
+    """
+    return raw.count(b",") + raw.count(b"[") + raw.count(b"{") + raw.count(b":") + 1
+
+
 def _is_uint(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT
 
@@ -148,12 +168,17 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
 
     Returns ``(tensors, metadata)``; raises `HeaderError` naming the first problem.
     """
+    if not raw.lstrip(_WHITESPACE).startswith(b"{"):  # JSON whitespace, as safetensors reads
+        raise HeaderError("header does not start with a JSON object '{'")
+    values = json_value_bound(raw)
+    if values > MAX_HEADER_VALUES:
+        raise HeaderError(
+            f"header holds up to {values:,} JSON values, more than the {MAX_HEADER_VALUES:,} "
+            "a reader allows (memory bound)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HeaderError(f"header is not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    if not text.startswith("{"):
-        raise HeaderError("header does not start with a JSON object '{'")
     try:
         parsed = json.loads(
             text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
@@ -170,6 +195,8 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
     tensors: dict[str, TensorInfo] = {}
     for name, entry in parsed.items():
         if name == "__metadata__":
+            if entry is None:  # the safetensors library reads null as no metadata
+                continue
             if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
                 raise HeaderError("__metadata__ is not an object of strings")
             metadata = entry
@@ -302,18 +329,52 @@ def header_length(first8: bytes, size: int) -> int:
     return int(length)
 
 
+OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+              | getattr(os, "O_BINARY", 0))
+"""How every file is opened: never blocking (a FIFO opens at once and is then refused by
+``fstat``), never inherited by a child."""
+
+
 def read_header_and_size(
     path: str | os.PathLike[str],
 ) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
     """`read_safetensors_header` plus the file's size in bytes (from the same open file)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size < 8:
-            raise HeaderError(f"file is {size} bytes, too short for a safetensors header")
-        length = header_length(f.read(8), size)
-        raw = f.read(length)
-        if len(raw) != length:  # the file shrank while we read it
-            raise HeaderError(f"header truncated: read {len(raw)} of {length} bytes")
+    fd = os.open(path, OPEN_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise HeaderError("not a regular file")
+        return read_header_from_fd(fd, info.st_size)
+    finally:
+        os.close(fd)
+
+
+def _read_exactly(fd: int, count: int) -> bytes:
+    chunks: list[bytes] = []
+    left = count
+    while left:
+        chunk = os.read(fd, min(left, 1 << 24))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
+def read_header_from_fd(
+    fd: int, size: int
+) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
+    """The header of the regular file open as ``fd`` (of ``size`` bytes, from its fstat),
+    read from its start through the descriptor only."""
+    if size < 8:
+        raise HeaderError(f"file is {size} bytes, too short for a safetensors header")
+    first = _read_exactly(fd, 8)
+    if len(first) != 8:  # the file shrank after fstat
+        raise HeaderError(f"header truncated: the file shrank to {len(first)} bytes while read")
+    length = header_length(first, size)
+    raw = _read_exactly(fd, length)
+    if len(raw) != length:  # the file shrank while we read it
+        raise HeaderError(f"header truncated: read {len(raw)} of {length} bytes")
     tensors, metadata = parse_header(raw, size - 8 - length)
     return tensors, metadata, size
 

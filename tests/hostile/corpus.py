@@ -332,6 +332,65 @@ def _deep_dirs(root: Path) -> Path:
     return top
 
 
+def _hf_snapshot(root: Path, *, escape: bool = False) -> Path:
+    """How every downloaded adapter looks: ``models--org--name/snapshots/<rev>/`` whose
+    files are symlinks into ``../../blobs/``; with ``escape`` the weights link leaves the
+    cached repository (into another repository's blobs)."""
+    repo = root / "hub" / "models--org--lora"
+    other = root / "hub" / "models--org--other"
+    made = adapter(root / "made")
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    for r in (repo, other):
+        (r / "blobs").mkdir(parents=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        blob = (other if escape and name.endswith("safetensors") else repo) / "blobs" / name
+        (made / name).rename(blob)
+        depth = "../../../models--org--other" if blob.parent.parent == other else "../.."
+        (snapshot / name).symlink_to(f"{depth}/blobs/{name}")
+    return snapshot
+
+
+def _many_values(root: Path) -> Path:
+    """A valid adapter whose header adds 3,000,000 empty lists in an extra field."""
+    head, data = header(tensors())
+    raw = json.dumps(head).encode()
+    raw = raw[:-1] + b',"x":{"dtype":"F16","shape":[],"data_offsets":[0,0],"e":[' + (
+        b"[]," * 3_000_000) + b"[]]}}"
+    folder = adapter(root)
+    write_weights(folder / "adapter_model.safetensors", raw, data)
+    return folder
+
+
+def _long_name(root: Path) -> Path:
+    """A search path one component of which is longer than any file system allows."""
+    return root / ("a" * 300) / "adapter"
+
+
+def _surrogate_key(root: Path) -> Path:
+    """A tensor key holding a lone surrogate (JSON ``\\ud800``), which no terminal prints."""
+    head, data = header(tensors())
+    raw = json.dumps(head).encode()[:-1] + (
+        b',"base_model.model.x\\ud800.lora_A.weight":{"dtype":"F16","shape":[0],'
+        b'"data_offsets":[%d,%d]}}' % (data, data))
+    folder = adapter(root)
+    write_weights(folder / "adapter_model.safetensors", raw, data)
+    return folder
+
+
+def _long_module_names(keys: dict[str, int], modules: int, length: int) -> Callable[[Path],
+                                                                                    Path]:
+    """``modules`` LoRA modules whose names are ``length`` characters, and a rank_pattern."""
+    def build(root: Path) -> Path:
+        entries = []
+        for i in range(modules):
+            name = f"base_model.model.m{i}." + "a." * ((length - 20) // 2) + "q_proj"
+            entries += [(f"{name}.lora_A.weight", "F16", [8, 4]),
+                        (f"{name}.lora_B.weight", "F16", [4, 8])]
+        return adapter(root, cfg=config(rank_pattern=keys), weights=header(entries))
+    return build
+
+
 def _empty_weights(root: Path) -> Path:
     folder = adapter(root)
     (folder / "adapter_model.safetensors").write_bytes(b"")
@@ -521,8 +580,51 @@ CASES: list[Case] = [
          "invalid JSON", _hundreds_of_broken_adapters, max_mib=32),
     Case("symlinked-subfolder", "a search folder holding a symlink to an adapter elsewhere",
          "LG108", "", _symlinked_adapter_folder),
-    Case("deep-folders", "folders nested 200 deep, no adapter", "LG108", "no adapter found",
+    Case("deep-folders", "folders nested 200 deep, no adapter", "LG108", "deeper than 64",
          _deep_dirs),
+    # round 2
+    Case("null-metadata", '`"__metadata__": null`, which the safetensors library loads', None,
+         "", with_header(b'{"__metadata__":null,' + json.dumps(
+             {k: v for k, v in header(tensors())[0].items() if k != "__metadata__"})[1:]
+             .encode(), header(tensors())[1])),
+    Case("header-whitespace", "JSON whitespace before and after the header object", None, "",
+         with_header(b" \n\t" + json.dumps(header(tensors())[0]).encode() + b"   ",
+                     header(tensors())[1])),
+    Case("header-trailing-nul", "NUL padding after the header (safetensors refuses it)",
+         "LG108", "not valid JSON", with_header(json.dumps(header(tensors())[0]).encode()
+                                                + b"\0\0", header(tensors())[1])),
+    Case("hf-cache-snapshot", "a Hugging Face cache snapshot: files link to ../../blobs/",
+         None, "", _hf_snapshot),
+    Case("hf-cache-escape", "a snapshot whose weights link into another cached repository",
+         "LG108", "outside", lambda root: _hf_snapshot(root, escape=True)),
+    Case("header-many-values", "a header of 3,000,000 empty lists (9 MB, 2.5 GB parsed)",
+         "LG108", "memory bound", _many_values, max_mib=64),
+    Case("config-many-values", "a 6 MB config of 1,000,000 empty lists", "LG108",
+         "memory bound", with_config(b'{"r":8,"x":[' + b"[]," * 1_000_000 + b"[]]}"),
+         max_mib=64),
+    Case("config-5000-digits", "r: a 5,000-digit integer (past Python's int-string limit)",
+         "LG108", "invalid JSON", with_config(b'{"r":' + b"9" * 5_000 + b"}")),
+    Case("config-lone-surrogate", "a config key that is a lone UTF-16 surrogate", "LG108",
+         "no 'target_modules'",
+         with_config(b'{"r":8,"lora_alpha":16,"\\ud800":1}')),
+    Case("surrogate-key", "a tensor key with a lone surrogate (\\ud800): printed escaped",
+         "LG103", "\\ud800", _surrogate_key),
+    Case("target-modules-redos", "target_modules regex '(a|aa)*c' (exponential backtracking)",
+         "LG108", "target_modules regex", with_config(config(target_modules="(a|aa)*c"))),
+    Case("rank-pattern-alternation", "rank_pattern key '(a|aa)*c'", "LG108", "exponential",
+         with_config(config(rank_pattern={"(a|aa)*c": 16}))),
+    Case("rank-pattern-three-stars", "rank_pattern key '.*.*.*z' against 3,000-char names",
+         "LG108", "repeats 3 times",
+         _long_module_names({".*.*.*z": 16}, modules=2, length=3_000)),
+    Case("rank-pattern-budget", "1,000 keys '.*k_i.*z' x 200 module names of 1,000 chars",
+         "LG108", "regex steps",
+         _long_module_names({f".*k{i}.*z": 16 for i in range(1_000)}, modules=200,
+                            length=1_000), max_mib=32),
+    Case("rank-pattern-1000-names", "1,000 plain rank_pattern keys x 1,000 modules", None, "",
+         _long_module_names({f"m{i}.q_proj": 8 for i in range(1_000)}, modules=1_000,
+                            length=60), max_mib=64),
+    Case("name-too-long", "a path with a 300-character component (ENAMETOOLONG)", "LG108",
+         "", _long_name),
 ]
 
 
