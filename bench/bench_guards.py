@@ -6,6 +6,7 @@ Rows (ns per call, median of 7 repeats):
 - the same two-tensor pool update: plain call; the checks written by hand inline (isinstance,
   ndim, dtype, shape agreement, dims frozen at first call); `@lg.shapes` doing the same
   checks; jaxtyping + beartype doing what it can of them (dims within one call only);
+- the README's four-tensor MoE update with where=: by hand vs @lg.shapes;
 - a weight-cache lookup: dict.get, lg.GuardedCache.get, wrapt.ObjectProxy.get;
 - the pinned-weight get-or-create with @lg.guard_cache_lookup vs unguarded;
 - LayoutRegistry.admit of one MoE adapter's weights (metadata only).
@@ -66,6 +67,47 @@ class GuardedPool:
     @lg.shapes(a="slots rank hidden", b="slots hidden rank", frozen=("slots", "rank"),
                same_dtype=True)
     def set_lora_info(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        pass
+
+
+class HandCheckedSink:
+    """The README's four-tensor MoE pool update with its where= check, written by hand."""
+
+    def __init__(self) -> None:
+        self._frozen: tuple[int, int, int, int] | None = None
+
+    def set_lora_info(self, gate_up_a: torch.Tensor, gate_up_b: torch.Tensor,
+                      down_a: torch.Tensor, down_b: torch.Tensor) -> None:
+        for t in (gate_up_a, gate_up_b, down_a, down_b):
+            if not isinstance(t, torch.Tensor) or t.ndim != 4:
+                raise ValueError("4D tensors expected")
+        slots, outer, r2, hidden = gate_up_a.shape
+        s1, n, f2, rank = gate_up_b.shape
+        s2, n2, rank2, f = down_a.shape
+        s3, outer2, hidden2, rank3 = down_b.shape
+        if (s1 != slots or s2 != slots or s3 != slots or n2 != n or rank2 != rank
+                or rank3 != rank or outer2 != outer or hidden2 != hidden or r2 != 2 * rank
+                or f2 != 2 * f):
+            raise ValueError("shape mismatch")
+        if outer not in (1, n):
+            raise ValueError("outer must be 1 or n")
+        if self._frozen is None:
+            self._frozen = (slots, n, f, rank)
+        elif self._frozen != (slots, n, f, rank):
+            raise RuntimeError("pool shape changed")
+
+
+class GuardedSink:
+    @lg.shapes(
+        gate_up_a="slots outer 2*rank hidden",
+        gate_up_b="slots n 2*f rank",
+        down_a="slots n rank f",
+        down_b="slots outer hidden rank",
+        where=lambda d: d["outer"] in (1, d["n"]),
+        frozen=("slots", "n", "f", "rank"),
+    )
+    def set_lora_info(self, gate_up_a: torch.Tensor, gate_up_b: torch.Tensor,
+                      down_a: torch.Tensor, down_b: torch.Tensor) -> None:
         pass
 
 
@@ -136,6 +178,16 @@ def main() -> int:
     off_guarded = OffPool()
     row("pool update (2 tensors)", "@lg.shapes applied in mode 'off'",
         lambda: off_guarded.set_lora_info(a, b))
+
+    moe = (torch.empty(8, 1, 32, 2048, device="meta"), torch.empty(8, 64, 1536, 16, device="meta"),
+           torch.empty(8, 64, 16, 768, device="meta"), torch.empty(8, 1, 2048, 16, device="meta"))
+    hand_sink, guarded_sink = HandCheckedSink(), GuardedSink()
+    hand_sink.set_lora_info(*moe)
+    guarded_sink.set_lora_info(*moe)
+    row("README MoE update (4)", "hand-written checks inline (+ where)",
+        lambda: hand_sink.set_lora_info(*moe))
+    row("README MoE update (4)", "@lg.shapes with where= (compiled inline)",
+        lambda: guarded_sink.set_lora_info(*moe))
 
     store: dict[str, torch.Tensor] = {f"k{i}": a for i in range(64)}
     guarded_store = lg.GuardedCache(dict(store))

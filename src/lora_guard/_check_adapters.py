@@ -225,8 +225,15 @@ class Report:
 
     def spec(self, adapter_id: str) -> AdapterSpec | None:
         """The spec of a checked adapter id, None if it could not be read."""
-        key = _spec_key(adapter_id)
-        return next((s for s in self.adapters if str(s.path) == key), None)
+        # An index built on the first lookup: the text report looks up every adapter, and a
+        # scan per lookup made it quadratic in the number of adapters.
+        index: dict[str, AdapterSpec] | None = self.__dict__.get("_spec_index")
+        if index is None:
+            index = {}
+            for s in self.adapters:
+                index.setdefault(str(s.path), s)
+            object.__setattr__(self, "_spec_index", index)
+        return index.get(_spec_key(adapter_id))
 
     def codes(self) -> list[str]:
         """The codes of `violations`, in order."""
