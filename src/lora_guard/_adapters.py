@@ -43,7 +43,10 @@ __all__ = [
     "inspect_adapter",
     "is_adapter_dir",
     "load_spec",
+    "build_spec",
+    "checked_config",
     "malformed_violation",
+    "parse_config",
     "parameter_key",
     "parse_json_config",
     "pattern_value",
@@ -78,6 +81,8 @@ _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 class Malformed(Exception):
     """An adapter that cannot be read safely: which file, and the problem."""
+
+    code = "LG108"  # a subclass reports another code (LG140: a remote read failed)
 
     def __init__(self, file: str, problem: str, *, kind: str = "malformed") -> None:
         self.file = file
@@ -190,6 +195,10 @@ class AdapterSpec:
     """Tensors that are not LoRA A/B halves but are understood, key -> what they are
     (``dora``, ``lora_bias``, ``bias``, ``modules_to_save``, ``trainable_tokens``,
     ``embedding-base``)."""
+    url: str | None = None
+    """For a remote adapter (``hf://``, ``s3://``, ``https://``): its URL, else None."""
+    transferred: int | None = None
+    """For a remote adapter: the bytes read over the network (config and header), else None."""
 
     @property
     def name(self) -> str:
@@ -336,10 +345,15 @@ def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
         raise Malformed(CONFIG_NAME, f"cannot be read ({_reason(exc)})") from None
     finally:
         os.close(fd)
+    return parse_config(raw), len(raw)
+
+
+def parse_config(raw: bytes) -> dict[str, Any]:
+    """``adapter_config.json``'s bytes as a dict, as strictly as `read_config` reads a file
+    (the size cap, no duplicate keys or NaN); raises `Malformed`. Remote reads use it too."""
     if len(raw) > MAX_CONFIG_BYTES:
         raise Malformed(CONFIG_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
-    config = parse_json_config(raw, CONFIG_NAME)
-    return config, len(raw)
+    return parse_json_config(raw, CONFIG_NAME)
 
 
 MAX_CONFIG_VALUES = 200_000
@@ -386,10 +400,16 @@ def _read_config(
     folder: pathlib.Path, defaults: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], int]:
     config, size = read_config(folder)
+    return checked_config(config, defaults), size
+
+
+def checked_config(config: dict[str, Any],
+                   defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A parsed config with the loader's defaults filled in, checked for LoRA's fields."""
     if defaults:
         config = {**defaults, **config}
     _validate_config(config)
-    return config, size
+    return config
 
 
 _MAX_PATTERN_KEY = 512
@@ -830,6 +850,15 @@ def load_spec(
                         "adapter_config.json and adapter_model.safetensors)", kind="not-found")
     config, config_size = _read_config(folder, config_defaults)
     tensors, metadata, weights_size = _read_weights(folder, require_weights)
+    return build_spec(folder, config, tensors, metadata, config_size + weights_size)
+
+
+def build_spec(
+    folder: pathlib.Path, config: dict[str, Any], tensors: dict[str, TensorInfo],
+    metadata: dict[str, str], size: int, **remote: Any,
+) -> AdapterSpec:
+    """The `AdapterSpec` of a read config and header (local or remote: ``url=``,
+    ``transferred=``)."""
     halves: dict[str, dict[str, str]] = {}
     extra: dict[str, str] = {}
     unknown: list[str] = []
@@ -868,16 +897,24 @@ def load_spec(
         target_modules=tuple(sorted({m.target for m in modules.values()})),
         features=types.MappingProxyType(_features(config, extra)),
         dtypes=tuple(sorted({tensors[k].dtype for k in lora_keys})),
-        size=config_size + weights_size,
+        size=size,
         metadata=types.MappingProxyType(metadata),
         unknown_keys=tuple(sorted(unknown)),
         extra_keys=types.MappingProxyType(extra),
+        **remote,
     )
 
 
+def _remote_url(path: str) -> bool:
+    """``hf://``, ``s3://``, ``http(s)://``, or a bare Hub id ``ORG/NAME`` naming no local path."""
+    from ._remote import is_remote  # light: the libraries load only when a remote is read
+
+    return is_remote(path)
+
+
 def malformed_violation(subject: str, exc: Malformed) -> Violation:
-    """The LG108 violation for an unreadable adapter."""
-    return make_violation("LG108", exc.kind, subject, file=exc.file, problem=exc.problem)
+    """The LG108 violation for an unreadable adapter (LG140 for a failed remote read)."""
+    return make_violation(exc.code, exc.kind, subject, file=exc.file, problem=exc.problem)
 
 
 def inspect_adapter(path: str | os.PathLike[str]) -> AdapterSpec:
@@ -900,6 +937,10 @@ def inspect_adapter(path: str | os.PathLike[str]) -> AdapterSpec:
         ...
         lora_guard.AdapterError: LG108 malformed-adapter: adapter 'old': adapter_model.bin: ...
     """
+    if isinstance(path, str) and _remote_url(path):
+        from ._remote import inspect_remote  # the remote extra, imported only when asked
+
+        return inspect_remote(path)
     folder = pathlib.Path(path)
     try:
         return load_spec(folder)

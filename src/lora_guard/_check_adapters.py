@@ -7,6 +7,7 @@ import pathlib
 import stat
 import types
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -266,6 +267,8 @@ class Report:
                     tensors=len(spec.tensors),
                     base_model=spec.config.get("base_model_name_or_path"),
                 )
+                if spec.url is not None:  # a remote adapter: what its check cost
+                    entry["url"], entry["transferred"] = spec.url, spec.transferred
             entry["violations"] = [v.to_dict() for v in found]
             adapters.append(entry)
         counts: dict[str, int] = {}
@@ -288,6 +291,14 @@ class Report:
 
 def _spec_key(adapter_id: str) -> str:
     return str(pathlib.Path(adapter_id))
+
+
+def _fetch_remote(items: list[PathOrSpec]) -> dict[int, list[tuple[str, Future[Any]]]]:
+    if not any(isinstance(i, str) and ("://" in i or i.count("/") == 1) for i in items):
+        return {}  # no URL, no Hub id: the remote module is not even imported
+    from ._remote import fetch_remote
+
+    return fetch_remote(items)
 
 
 # --- discovery -----------------------------------------------------------------------------
@@ -706,6 +717,11 @@ def check_adapters(
     adapter is itself reported (LG108). Every check of LG101-LG110 runs on each adapter, then
     LG110 and LG002 across the set. ``progress(done, total)`` is called after each adapter.
 
+    A path may also be remote: ``hf://ORG/REPO[@REV][/SUB]`` (or a bare Hub id ``ORG/NAME``
+    that is not a local path), ``s3://BUCKET/PREFIX`` or ``https://...``, read from ranged
+    reads of the config and header only, many at once (the ``lora-guard[remote]`` extra; see
+    the remote guide). A remote adapter that cannot be fetched is reported as LG140.
+
     The report is returned, not raised: call `Report.enforce` to report it through the mode.
 
     Example:
@@ -727,10 +743,12 @@ def check_adapters(
         )
     if progress is not None and not callable(progress):
         raise TypeError("check_adapters(progress=...) takes a callable(done, total) or None")
-    discovered: list[tuple[str, AdapterSpec | pathlib.Path | Malformed]] = []
+    discovered: list[tuple[str, AdapterSpec | pathlib.Path | Malformed | Future[Any]]] = []
     seen: set[str] = set()
-    for item in _as_list(paths_or_specs):
-        for adapter_id, target in _discover(item):
+    items = _as_list(paths_or_specs)
+    remote = _fetch_remote(items)  # hf://, s3://, https:// (read in parallel), else {}
+    for index, item in enumerate(items):
+        for adapter_id, target in remote.get(index) or _discover(item):
             real = os.path.realpath(adapter_id) if not isinstance(target, Malformed) else adapter_id
             if real in seen:
                 continue
@@ -745,6 +763,8 @@ def check_adapters(
         subject = f"adapter {adapter_id!r}"
         ids.append(adapter_id)
         found: list[Violation]
+        if isinstance(target, Future):
+            target = target.result()
         if isinstance(target, Malformed):
             found = [malformed_violation(subject, target)]
         else:

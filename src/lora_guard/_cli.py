@@ -435,10 +435,23 @@ def _statistics_text(report: Report) -> str:
     from ._catalogue import INVARIANTS
 
     stats = _statistics(report)
-    if not stats:
-        return ""
     rows = [[str(n), code, INVARIANTS[code].slug, INVARIANTS[code].title] for code, n in stats]
-    return "\n".join(_table(rows, right={0})) + "\n"
+    text = "\n".join(_table(rows, right={0})) + "\n" if rows else ""
+    return text + _transferred_text(report)
+
+
+def _transferred_text(report: Report) -> str:
+    """For remote adapters: the bytes each one's check read over the network, and the total."""
+    remote = [s for s in report.adapters if s.transferred is not None]
+    if not remote:
+        return ""
+    rows = [["TRANSFERRED", "SIZE", "REMOTE ADAPTER"]]
+    rows += [[_size(s.transferred), _size(s.size), s.url or str(s.path)] for s in remote]
+    total = sum(s.transferred or 0 for s in remote)
+    held = sum(s.size for s in remote)
+    return ("\n" if report.violations else "") + "\n".join(_table(rows, right={0, 1})) + (
+        f"\n{len(remote)} remote adapters: {_size(total)} transferred for {_size(held)} "
+        "held (config and safetensors header only)\n")
 
 
 def _statistics_json(report: Report) -> str:
@@ -588,12 +601,19 @@ def _wants_progress(args: argparse.Namespace) -> bool:
 # --- commands ------------------------------------------------------------------------------
 
 
+def _is_remote(raw: str) -> bool:
+    from ._remote import is_remote
+
+    return is_remote(raw)
+
+
 def _local_paths(paths: Sequence[str]) -> list[str]:
     """Each PATH as the checker takes it: a file of an adapter stands for its folder (what
     pre-commit passes), each adapter once; a local path that does not exist is a usage error."""
     out: dict[str, None] = {}
     for raw in paths:
-        if "://" in raw:  # a remote adapter: its reader says whether it exists
+        if "://" in raw or _is_remote(raw):  # a remote adapter (or a bare Hub id that names
+            # no local path): its reader says whether it exists
             out[raw] = None
             continue
         path = pathlib.Path(raw)
@@ -632,8 +652,12 @@ def _run_check(args: argparse.Namespace) -> int:
     limits = _limits(args)
     paths = _local_paths(args.paths)
     progress = _Progress(sys.stderr) if _wants_progress(args) else None
+    from ._remote import RemoteSetupError
+
     try:
         report = check_adapters(paths, limits, progress=progress)
+    except RemoteSetupError as exc:  # remote paths without the extra, or a bad setting
+        raise UsageError(str(exc)) from None
     finally:
         if progress is not None:
             progress.close()

@@ -28,6 +28,7 @@ __all__ = [
     "HeaderError",
     "TensorInfo",
     "encode_header",
+    "header_length",
     "parse_header",
     "read_header_and_size",
     "read_header_from_fd",
@@ -308,6 +309,26 @@ def read_safetensors_header(
     return tensors, metadata
 
 
+def header_length(first8: bytes, size: int) -> int:
+    """The header length the first 8 bytes of a ``size``-byte file announce, checked against
+    the cap and the file size before anything more is read; raises `HeaderError`."""
+    if size < 8 or len(first8) < 8:
+        raise HeaderError(f"file is {size} bytes, too short for a safetensors header")
+    (length,) = struct.unpack("<Q", first8[:8])
+    if length > MAX_HEADER_BYTES:
+        raise HeaderError(
+            f"header length {length} bytes is over the {MAX_HEADER_BYTES} byte cap"
+        )
+    if length > size - 8:
+        raise HeaderError(
+            f"header length {length} bytes runs past the end of the file ({size} bytes); "
+            "the file is truncated"
+        )
+    if length < 2:
+        raise HeaderError(f"header length {length} bytes is too short for a JSON object")
+    return int(length)
+
+
 OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
               | getattr(os, "O_BINARY", 0))
 """How every file is opened: never blocking (a FIFO opens at once and is then refused by
@@ -350,18 +371,7 @@ def read_header_from_fd(
     first = _read_exactly(fd, 8)
     if len(first) != 8:  # the file shrank after fstat
         raise HeaderError(f"header truncated: the file shrank to {len(first)} bytes while read")
-    (length,) = struct.unpack("<Q", first)
-    if length > MAX_HEADER_BYTES:
-        raise HeaderError(
-            f"header length {length} bytes is over the {MAX_HEADER_BYTES} byte cap"
-        )
-    if length > size - 8:
-        raise HeaderError(
-            f"header length {length} bytes runs past the end of the file ({size} bytes); "
-            "the file is truncated"
-        )
-    if length < 2:
-        raise HeaderError(f"header length {length} bytes is too short for a JSON object")
+    length = header_length(first, size)
     raw = _read_exactly(fd, length)
     if len(raw) != length:  # the file shrank while we read it
         raise HeaderError(f"header truncated: read {len(raw)} of {length} bytes")

@@ -1,0 +1,659 @@
+"""Remote adapters: the Hugging Face Hub, S3 and HTTP(S), from ranged reads of their headers.
+
+An adapter named by URL is read as a local one is, from ``adapter_config.json`` and the
+safetensors header only, but over the network and never the tensor data: the config (at most
+its size cap), the first 8 bytes of ``adapter_model.safetensors``, then, once the announced
+header length has passed the cap and the file size, exactly the header. The bytes are parsed
+and checked by the same code as a local adapter's (`lora_guard._adapters.parse_config`,
+`lora_guard._safetensors.parse_header`).
+
+Where:
+
+- ``hf://ORG/REPO[@REVISION][/SUBFOLDER]``, and a bare Hub id ``ORG/NAME`` where the engines
+  take one: a string of exactly two names joined by one ``/`` (letters, digits, ``.``, ``_``,
+  ``-``) whose first name is no local file or folder. Read through huggingface_hub (its HTTP client,
+  retries, token from ``HF_TOKEN`` or ``hf auth login``, endpoint from ``HF_ENDPOINT``, and its
+  redirect policy).
+- ``s3://BUCKET/PREFIX``: through s3fs (botocore's credential chain: environment, profiles,
+  instance roles; ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` for another S3 API).
+- ``http://`` / ``https://``: the URL of an adapter folder (its files are ``URL/adapter_config
+  .json`` and ``URL/adapter_model.safetensors``), through requests; a redirect is followed only
+  to the same origin.
+
+A Hub repo or an S3 prefix is listed and each adapter folder in it found, as a local folder is
+searched. Many adapters are read at once by a bounded pool of threads; every request has a
+timeout and is retried with backoff on throttling and transient errors. A failed read is one
+adapter's violation (LG140; LG108 for what was read but is not a valid adapter), never a
+traceback, and the rest of the run goes on.
+
+The libraries are the optional extra ``lora-guard[remote]``; they are imported only here, when
+a remote adapter is read. Settings from the environment: ``LORA_GUARD_REMOTE_WORKERS``
+(parallel reads, 16), ``LORA_GUARD_REMOTE_TIMEOUT`` (seconds per request, 30),
+``LORA_GUARD_REMOTE_RETRIES`` (retries of a throttled or failed request, 4) and
+``LORA_GUARD_REMOTE_BACKOFF`` (first wait between retries in seconds, doubling, 0.5).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import pathlib
+import posixpath
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
+
+from ._adapters import (
+    _PICKLE_NAMES,
+    CONFIG_NAME,
+    MAX_CONFIG_BYTES,
+    WEIGHTS_NAME,
+    AdapterSpec,
+    Malformed,
+    build_spec,
+    checked_config,
+    malformed_violation,
+    parse_config,
+)
+from ._config import refuse
+from ._safetensors import HeaderError, header_length, parse_header
+
+__all__ = [
+    "EXTRA",
+    "RemoteError",
+    "RemoteSetupError",
+    "Settings",
+    "fetch_remote",
+    "inspect_remote",
+    "is_remote",
+    "settings",
+]
+
+EXTRA = "lora-guard[remote]"
+_SCHEMES = ("hf://", "s3://", "http://", "https://")
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_HUB_ID = re.compile(rf"{_NAME}/{_NAME}")
+_ADAPTER_FILES = frozenset((CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES))
+_MAX_LISTED = 1_000_000  # keys listed under one prefix before the listing is refused
+_MAX_REDIRECTS = 5
+
+
+class RemoteError(Malformed):
+    """A remote read that failed: LG140, with the variant (``not-found``, ``denied``,
+    ``truncated``, ``redirect``, ``unreachable``) that picks the fix."""
+
+    code = "LG140"
+
+
+class RemoteSetupError(RuntimeError):
+    """Remote adapters cannot be read at all: the extra is not installed or a setting is bad.
+
+    A usage error (``lora-guard check`` exits 2), not a violation of one adapter.
+    """
+
+
+def is_remote(path: str) -> bool:
+    """Whether ``path`` names a remote adapter rather than a local path.
+
+    ``hf://``, ``s3://``, ``http://`` and ``https://`` URLs always do. A bare Hub id
+    ``ORG/NAME`` does only when no local file or folder named ``ORG`` exists, so a relative
+    path into a local folder is always local (and a typo in it is a missing path).
+
+    Example:
+        >>> from lora_guard._remote import is_remote
+        >>> is_remote("s3://bucket/loras/"), is_remote("hf://org/repo@v1/math")
+        (True, True)
+        >>> is_remote("my-org/no-such-local-folder"), is_remote("./my-org/math"), is_remote("a/b/c")
+        (True, False, False)
+    """
+    if path.startswith(_SCHEMES):
+        return True
+    return (_HUB_ID.fullmatch(path) is not None and ".." not in path
+            and not os.path.lexists(path.split("/")[0]))  # ORG is no local folder either
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How remote reads run: parallel reads, seconds per request, retries, first backoff."""
+
+    workers: int = 16
+    timeout: float = 30.0
+    retries: int = 4
+    backoff: float = 0.5
+
+
+def settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """`Settings` from ``LORA_GUARD_REMOTE_*``; raises `RemoteSetupError` for a bad value."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, kind, low in (("workers", int, 1), ("timeout", float, 0.001),
+                            ("retries", int, 0), ("backoff", float, 0.0)):
+        key = f"LORA_GUARD_REMOTE_{name.upper()}"
+        raw = env.get(key)
+        if raw is None or raw == "":
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = None
+        if value is None or value < low or (name == "workers" and value > 1024):
+            want = "an integer from 1 to 1024" if name == "workers" else (
+                "an integer >= 0" if kind is int else "a number of seconds > 0"
+                if name == "timeout" else "a number of seconds >= 0")
+            raise RemoteSetupError(f"{key}={raw!r}: set it to {want}")
+        values[name] = value
+    return Settings(**values)
+
+
+def _require(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise RemoteSetupError(
+            f"reading remote adapters needs {module.split('.')[0]} ({exc}); install the extra: "
+            f"pip install '{EXTRA}'") from None
+
+
+# --- locations -----------------------------------------------------------------------------
+
+
+def _redact(url: str) -> str:
+    """A URL safe to show: no user:password, no query (it may hold a signature)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    if "@" in parts.netloc:
+        netloc = "***@" + netloc
+    return urlunsplit((parts.scheme, netloc, parts.path, "?..." if parts.query else "", ""))
+
+
+def _folder_of(path: str) -> str:
+    """A URL path naming an adapter file names its folder."""
+    stripped = path.rstrip("/")
+    if posixpath.basename(stripped) in _ADAPTER_FILES:
+        return posixpath.dirname(stripped)
+    return stripped
+
+
+class _Store:
+    """One kind of store: lists a location's adapter folders, reads byte ranges of files."""
+
+    scheme = ""
+
+    def __init__(self, cfg: Settings) -> None:
+        self.cfg = cfg
+
+    def discover(self, url: str) -> list[tuple[str, str, dict[str, int | None]]]:
+        """``(adapter id, folder, {file name: size or None})`` of each adapter at ``url``."""
+        raise NotImplementedError
+
+    def read(self, folder: str, name: str, start: int, end: int) -> tuple[bytes, int | None]:
+        """Bytes ``start`` to ``end`` (exclusive, or fewer at the end of the file) of
+        ``folder/name``, and the file's size when the reply tells it."""
+        raise NotImplementedError
+
+
+def _group(listed: Mapping[str, int | None]) -> list[tuple[str, dict[str, int | None]]]:
+    """Adapter folders among listed keys (folder -> files), outermost first, as locally: a
+    folder holding an adapter file is an adapter and is not searched below."""
+    folders: dict[str, dict[str, int | None]] = {}
+    for key, size in listed.items():
+        folder, name = posixpath.split(key)
+        folders.setdefault(folder, {})[name] = size
+    found: list[tuple[str, dict[str, int | None]]] = []
+    for folder in sorted(folders):
+        files = folders[folder]
+        if _ADAPTER_FILES.isdisjoint(files):
+            continue
+        if any(outer == "" or folder.startswith(outer + "/") for outer, _ in found):
+            continue
+        found.append((folder, files))
+    return found
+
+
+def _not_found(url: str, what: str) -> RemoteError:
+    return RemoteError(url, what, kind="not-found")
+
+
+# S3 --------------------------------------------------------------------------------------
+
+
+class _S3(_Store):
+    scheme = "s3"
+
+    def __init__(self, cfg: Settings) -> None:
+        s3fs = _require("s3fs")
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        self.fs = s3fs.S3FileSystem(
+            skip_instance_cache=True, use_listings_cache=False,
+            endpoint_url=endpoint or None,
+            config_kwargs={
+                "connect_timeout": cfg.timeout, "read_timeout": cfg.timeout,
+                "retries": {"max_attempts": cfg.retries + 1, "mode": "standard"},
+                "max_pool_connections": max(10, cfg.workers),
+            },
+        )
+        self.fs.retries = 1  # one try at s3fs's level: botocore retries (standard mode)
+        self.fs.connect()  # once, here: the pool's threads share the client
+
+    def _call(self, url: str, name: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except FileNotFoundError:
+            raise _not_found(url, f"{name or 'prefix'} not found (no such bucket or key)"
+                             ) from None
+        except PermissionError as exc:
+            raise RemoteError(url, f"access denied ({_short(exc)})", kind="denied") from None
+        except (OSError, TimeoutError) as exc:
+            raise RemoteError(url, f"S3 read failed after retries ({_short(exc)})",
+                              kind="unreachable") from None
+
+    def discover(self, url: str) -> list[tuple[str, str, dict[str, int | None]]]:
+        path = url[len("s3://"):]
+        root = _folder_of(path)
+        if not root.strip("/"):
+            raise _not_found(url, "no bucket in the URL (expected s3://BUCKET/PREFIX)")
+        listed = self._call(url, "", lambda: self.fs.find(root, detail=True))
+        if len(listed) > _MAX_LISTED:
+            raise RemoteError(url, f"more than {_MAX_LISTED} keys under the prefix; name a "
+                              "narrower prefix", kind="not-found")
+        sizes = {k.rstrip("/"): int(v.get("size") or 0) for k, v in listed.items()
+                 if v.get("type") != "directory"}
+        return [(url if folder.rstrip("/") == root.rstrip("/") else f"s3://{folder}", folder,
+                 files) for folder, files in _group(sizes)]
+
+    def read(self, folder: str, name: str, start: int, end: int) -> tuple[bytes, int | None]:
+        key = f"{folder}/{name}"
+        data = self._call(f"s3://{key}", name,
+                          lambda: self.fs.cat_file(key, start=start, end=end))
+        return bytes(data), None
+
+
+# Hugging Face Hub ------------------------------------------------------------------------
+
+
+class _Hub(_Store):
+    scheme = "hf"
+
+    def __init__(self, cfg: Settings) -> None:
+        self.hub = _require("huggingface_hub")
+        self.utils = _require("huggingface_hub.utils")
+        self.errors = _require("huggingface_hub.errors")
+        self.cfg = cfg
+        constants = _require("huggingface_hub.constants")
+        self.endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+    @staticmethod
+    def parse(url: str) -> tuple[str, str | None, str]:
+        """``(repo id, revision, subfolder)`` of ``hf://ORG/REPO[@REV][/SUB]`` or ``ORG/NAME``."""
+        rest = url[len("hf://"):] if url.startswith("hf://") else url
+        parts = rest.strip("/").split("/")
+        if len(parts) < 2 or not parts[0] or not parts[1]:
+            raise _not_found(url, "not a Hub repo (expected hf://ORG/REPO[@REVISION][/SUBFOLDER])")
+        repo, _, revision = parts[1].partition("@")
+        sub = _folder_of("/".join(parts[2:]))
+        return f"{parts[0]}/{repo}", unquote(revision) if revision else None, sub
+
+    def _get(self, url: str, shown: str, what: str, *, headers: dict[str, str] | None = None,
+             params: dict[str, Any] | None = None, limit: int | None = None
+             ) -> tuple[bytes, Any]:
+        """GET through huggingface_hub's client (retries, backoff, its redirect policy), reading
+        at most ``limit`` bytes of the body."""
+        all_headers = {**self.utils.build_hf_headers(), **(headers or {})}
+        try:
+            with self.utils.http_stream_backoff(
+                    "GET", url, headers=all_headers, params=params, timeout=self.cfg.timeout,
+                    max_retries=self.cfg.retries, base_wait_time=self.cfg.backoff,
+                    max_wait_time=max(self.cfg.backoff, 8.0)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self.utils.hf_raise_for_status(response)
+                chunks: list[bytes] = []
+                got = 0
+                for chunk in response.iter_bytes():
+                    chunks.append(chunk)
+                    got += len(chunk)
+                    if limit is not None and got >= limit:
+                        break
+                data = b"".join(chunks)
+                return (data if limit is None else data[:limit]), response
+        except Malformed:
+            raise
+        except Exception as exc:
+            raise self._error(shown, what, exc) from None
+
+    def _error(self, shown: str, what: str, exc: Exception) -> RemoteError:
+        e = self.errors
+        if isinstance(exc, e.GatedRepoError):
+            return RemoteError(shown, "gated repo: accept its conditions on the Hub and use a "
+                               "token that may read it", kind="denied")
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if isinstance(exc, e.RepositoryNotFoundError) and status == 401:
+            return RemoteError(shown, "repo not found or private (HTTP 401): a token that may "
+                               "read it is needed", kind="denied")
+        if isinstance(exc, e.RepositoryNotFoundError):
+            return _not_found(shown, "repo not found (or private: a token that may read it "
+                              "is needed)")
+        if isinstance(exc, e.RevisionNotFoundError):
+            return _not_found(shown, "revision not found")
+        if isinstance(exc, (e.EntryNotFoundError, e.RemoteEntryNotFoundError)):
+            return _not_found(shown, f"{what} not found in the repo")
+        if isinstance(exc, e.OfflineModeIsEnabled):
+            return RemoteError(shown, "HF_HUB_OFFLINE is set; unset it to read from the Hub",
+                               kind="unreachable")
+        if status in (401, 403):
+            return RemoteError(shown, f"access denied (HTTP {status})", kind="denied")
+        if status == 404:
+            return _not_found(shown, f"{what} not found")
+        if status == 416:
+            return RemoteError(shown, f"{what}: range not satisfiable (the file is shorter "
+                               "than its header says)", kind="truncated")
+        detail = f"HTTP {status}" if status else _short(exc)
+        return RemoteError(shown, f"Hub read failed after retries ({detail})",
+                           kind="unreachable")
+
+    def _tree(self, repo: str, revision: str | None, sub: str, shown: str
+              ) -> dict[str, int | None]:
+        """Every file under ``sub`` (the Hub's tree endpoint, as `HfApi.list_repo_tree` calls
+        it, with a timeout per page)."""
+        rev = quote(revision or "main", safe="")
+        path = "/" + quote(sub, safe="") if sub else ""
+        url: str | None = f"{self.endpoint}/api/models/{repo}/tree/{rev}{path}"
+        params: dict[str, Any] | None = {"recursive": True, "expand": False}
+        listed: dict[str, int | None] = {}
+        while url is not None:
+            import json
+
+            body, response = self._get(url, shown, sub or "repo", params=params,
+                                       limit=64_000_000)
+            try:
+                page = json.loads(body)
+            except ValueError:
+                raise RemoteError(shown, "the Hub's listing is not JSON", kind="unreachable"
+                                  ) from None
+            if not isinstance(page, list):
+                raise RemoteError(shown, "the Hub's listing is not a list", kind="unreachable")
+            for entry in page:
+                if isinstance(entry, dict) and entry.get("type") == "file" and isinstance(
+                        entry.get("path"), str):
+                    size = entry.get("size")
+                    listed[entry["path"]] = size if isinstance(size, int) else None
+            if len(listed) > _MAX_LISTED:
+                raise RemoteError(shown, f"more than {_MAX_LISTED} files listed; name a "
+                                  "subfolder", kind="not-found")
+            url = response.links.get("next", {}).get("url")
+            params = None
+        return listed
+
+    def discover(self, url: str) -> list[tuple[str, str, dict[str, int | None]]]:
+        repo, revision, sub = self.parse(url)
+        try:
+            listed = self._tree(repo, revision, sub, url)
+            if sub and not listed:
+                raise _not_found(url, f"subfolder {sub!r} not found in the repo")
+        except RemoteError as exc:
+            if exc.kind == "not-found" and not url.startswith("hf://"):
+                exc.problem += ("; nor is it a local path (a bare ORG/NAME that is not a local "
+                                "path is read from the Hub)")
+            raise
+        at = f"@{quote(revision, safe='')}" if revision else ""
+        found = []
+        for folder, files in _group(listed):
+            shown = url if folder == sub else f"hf://{repo}{at}/{folder}"
+            found.append((shown, f"{repo}\0{revision or ''}\0{folder}", files))
+        return found
+
+    def read(self, folder: str, name: str, start: int, end: int) -> tuple[bytes, int | None]:
+        repo, revision, sub = folder.split("\0")
+        url = self.hub.hf_hub_url(repo, name, subfolder=sub or None,
+                                  revision=revision or None, endpoint=self.endpoint)
+        shown = f"hf://{repo}{'@' + revision if revision else ''}/{posixpath.join(sub, name)}"
+        data, response = self._get(url, shown, name, headers={"Range": f"bytes={start}-{end - 1}"},
+                                   limit=end - start)
+        return data, _total(response.headers)
+
+
+# HTTP(S) ---------------------------------------------------------------------------------
+
+
+class _HTTP(_Store):
+    scheme = "http"
+
+    def __init__(self, cfg: Settings) -> None:
+        requests = _require("requests")
+        retry = _require("urllib3.util.retry")
+        self.requests = requests
+        self.cfg = cfg
+        self.session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(
+            pool_connections=4, pool_maxsize=max(10, cfg.workers),
+            max_retries=retry.Retry(
+                total=cfg.retries, connect=cfg.retries, read=cfg.retries, redirect=0,
+                status=cfg.retries, backoff_factor=cfg.backoff,
+                status_forcelist=(429, 500, 502, 503, 504), allowed_methods=frozenset({"GET"}),
+                respect_retry_after_header=True, raise_on_status=False,
+                raise_on_redirect=False))
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+
+    def discover(self, url: str) -> list[tuple[str, str, dict[str, int | None]]]:
+        parts = urlsplit(url)
+        if not parts.hostname:
+            raise _not_found(_redact(url), "no host in the URL")
+        folder = urlunsplit((parts.scheme, parts.netloc, _folder_of(parts.path), "", ""))
+        # No listing over HTTP: the URL names one adapter folder; sizes come with the reads.
+        return [(_redact(url), folder, {CONFIG_NAME: None, WEIGHTS_NAME: None})]
+
+    def read(self, folder: str, name: str, start: int, end: int) -> tuple[bytes, int | None]:
+        url = f"{folder}/{name}"
+        shown = _redact(url)
+        origin = urlsplit(url)[:2]
+        for _ in range(_MAX_REDIRECTS + 1):
+            try:
+                response = self.session.get(
+                    url, headers={"Range": f"bytes={start}-{end - 1}",
+                                  "Accept-Encoding": "identity"}, stream=True,
+                    allow_redirects=False, timeout=self.cfg.timeout)
+            except self.requests.RequestException as exc:
+                raise RemoteError(shown, f"HTTP read failed after retries ({_short(exc)})",
+                                  kind="unreachable") from None
+            with response:
+                status = response.status_code
+                if status in (301, 302, 303, 307, 308) and "location" in response.headers:
+                    target = urljoin(url, response.headers["location"])
+                    if urlsplit(target)[:2] != origin:
+                        raise RemoteError(shown, f"redirected to another host "
+                                          f"({_redact(target)}); not followed", kind="redirect")
+                    url = target
+                    continue
+                if status in (404, 410):
+                    raise _not_found(shown, f"not found (HTTP {status})")
+                if status in (401, 403):
+                    raise RemoteError(shown, f"access denied (HTTP {status})", kind="denied")
+                if status == 416:
+                    raise RemoteError(shown, "range not satisfiable (the file is shorter "
+                                      "than its header says)", kind="truncated")
+                if status not in (200, 206):
+                    raise RemoteError(shown, f"HTTP {status} after retries",
+                                      kind="unreachable")
+                try:
+                    if status == 206:
+                        data = response.raw.read(end - start)
+                        return data, _total(response.headers)
+                    # The server ignored the range: read no more than asked, then hang up.
+                    data = response.raw.read(end)[start:]
+                    length = response.headers.get("content-length", "")
+                    return data, int(length) if length.isdigit() else None
+                except Exception as exc:
+                    raise RemoteError(shown, f"read cut off ({_short(exc)})", kind="truncated"
+                                      ) from None
+        raise RemoteError(shown, f"more than {_MAX_REDIRECTS} redirects", kind="redirect")
+
+
+def _total(headers: Mapping[str, str]) -> int | None:
+    """The file size a ``Content-Range: bytes a-b/size`` reply tells."""
+    value = headers.get("content-range", "")
+    total = value.rpartition("/")[2]
+    return int(total) if total.isdigit() else None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    text = re.sub(r"https?://\S+", lambda m: _redact(m.group(0)), text)
+    return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
+
+
+# --- reading one adapter -------------------------------------------------------------------
+
+
+def _read_adapter(store: _Store, adapter_id: str, folder: str,
+                  files: dict[str, int | None]) -> AdapterSpec:
+    listed = any(size is not None for size in files.values())
+    transferred = 0
+
+    def read(name: str, start: int, end: int) -> tuple[bytes, int | None]:
+        nonlocal transferred
+        data, total = store.read(folder, name, start, end)
+        transferred += len(data)
+        return data, total
+
+    if listed and CONFIG_NAME not in files:
+        raise Malformed(CONFIG_NAME, "missing; an adapter folder needs adapter_config.json")
+    config_size = files.get(CONFIG_NAME)
+    if config_size is not None and config_size > MAX_CONFIG_BYTES:
+        raise Malformed(CONFIG_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
+    raw, total = read(CONFIG_NAME, 0, MAX_CONFIG_BYTES + 1)
+    config_size = config_size if config_size is not None else total
+    if config_size is not None and len(raw) < min(config_size, MAX_CONFIG_BYTES + 1):
+        raise RemoteError(CONFIG_NAME, f"read {len(raw)} of {config_size} bytes; the read was "
+                          "cut short", kind="truncated")
+    config = checked_config(parse_config(raw))
+    if listed and WEIGHTS_NAME not in files:
+        for name in _PICKLE_NAMES:
+            if name in files:
+                raise Malformed(name, "pickle weights refused (never unpickled); convert to "
+                                "safetensors", kind="pickle")
+        raise Malformed(WEIGHTS_NAME, "missing; no adapter weights in the folder")
+    first, total = read(WEIGHTS_NAME, 0, 8)
+    size = files.get(WEIGHTS_NAME)
+    if size is not None and total is not None and total != size:
+        raise RemoteError(WEIGHTS_NAME, f"is {total} bytes now but was listed with {size}; it "
+                          "changed during the check", kind="truncated")
+    size = size if size is not None else total
+    if size is None:
+        raise Malformed(WEIGHTS_NAME, "served without its size (no Content-Range or "
+                        "Content-Length), so its header cannot be checked against it")
+    if len(first) < min(8, size):
+        raise RemoteError(WEIGHTS_NAME, f"read {len(first)} of 8 bytes; the read was cut "
+                          "short", kind="truncated")
+    try:
+        length = header_length(first, size)  # the cap, before the header is read
+        header, _ = read(WEIGHTS_NAME, 8, 8 + length)
+        if len(header) != length:
+            raise RemoteError(WEIGHTS_NAME, f"header read {len(header)} of {length} bytes; the "
+                              "read was cut short", kind="truncated")
+        tensors, metadata = parse_header(header, size - 8 - length)
+    except HeaderError as exc:
+        raise Malformed(WEIGHTS_NAME, exc.problem) from None
+    return build_spec(pathlib.Path(adapter_id), config, tensors, metadata,
+                      len(raw) + size, url=adapter_id, transferred=transferred)
+
+
+def _read_safely(store: _Store, adapter_id: str, folder: str,
+                 files: dict[str, int | None]) -> AdapterSpec | Malformed:
+    try:
+        return _read_adapter(store, adapter_id, folder, files)
+    except Malformed as exc:
+        return exc
+    except Exception as exc:  # never a crash for one bad adapter
+        return Malformed(adapter_id, f"could not be checked ({_short(exc)})")
+
+
+# --- many adapters at once -----------------------------------------------------------------
+
+_STORES: dict[str, type[_Store]] = {"hf": _Hub, "s3": _S3, "http": _HTTP, "https": _HTTP}
+
+
+def _scheme(url: str) -> str:
+    return url.split("://", 1)[0] if "://" in url else "hf"
+
+
+def fetch_remote(items: Sequence[object]
+                 ) -> dict[int, list[tuple[str, cf.Future[AdapterSpec | Malformed]]]]:
+    """Start reading every remote item of ``items`` (by index): its adapter ids, each with a
+    future of its `AdapterSpec` or the `Malformed` / `RemoteError` that says why not.
+
+    Listings run first, in parallel, then every adapter's reads, in a bounded pool that shuts
+    down by itself once the last read is done. Raises `RemoteSetupError` when the extra is
+    missing or a setting is bad, before any request.
+    """
+    remote = [(i, item) for i, item in enumerate(items)
+              if isinstance(item, str) and is_remote(item)]
+    if not remote:
+        return {}
+    cfg = settings()
+    made: dict[type[_Store], _Store] = {}
+    stores: dict[str, _Store] = {}
+    for _, url in remote:
+        kind = _STORES[_scheme(url)]
+        stores[_scheme(url)] = made[kind] = made.get(kind) or kind(cfg)
+    pool = cf.ThreadPoolExecutor(cfg.workers, thread_name_prefix="lora-guard-remote")
+    try:
+        listings = {i: pool.submit(stores[_scheme(url)].discover, url) for i, url in remote}
+        out: dict[int, list[tuple[str, cf.Future[AdapterSpec | Malformed]]]] = {}
+        for i, url in remote:
+            store = stores[_scheme(url)]
+            try:
+                found = listings[i].result()
+            except Malformed as exc:
+                out[i] = [(_shown(url), _done(exc))]
+                continue
+            except Exception as exc:
+                out[i] = [(_shown(url), _done(Malformed(
+                    _shown(url), f"could not be listed ({_short(exc)})")))]
+                continue
+            if not found:
+                out[i] = [(_shown(url), _done(_not_found(
+                    _shown(url), "no adapter found (no folder holding adapter_config.json or "
+                    "adapter_model.safetensors)")))]
+                continue
+            out[i] = [(adapter_id, pool.submit(_read_safely, store, adapter_id, folder, files))
+                      for adapter_id, folder, files in found]
+    finally:
+        pool.shutdown(wait=False)  # the submitted reads still run; the threads then exit
+    return out
+
+
+def _shown(url: str) -> str:
+    return _redact(url) if "://" in url and not url.startswith(("s3://", "hf://")) else url
+
+
+def _done(value: AdapterSpec | Malformed) -> cf.Future[AdapterSpec | Malformed]:
+    future: cf.Future[AdapterSpec | Malformed] = cf.Future()
+    future.set_result(value)
+    return future
+
+
+_lock = threading.Lock()
+
+
+def inspect_remote(url: str) -> AdapterSpec:
+    """`lora_guard.inspect_adapter` of a URL: one adapter's spec, or an `AdapterError`."""
+    with _lock:  # one inspection's pool at a time keeps a loop of calls bounded too
+        found = fetch_remote([url]).get(0, [])
+    subject = f"adapter {_shown(url)!r}"
+    if len(found) > 1:
+        refuse([malformed_violation(subject, Malformed(
+            _shown(url), f"holds {len(found)} adapters ({found[0][0]}, ...), not one; inspect "
+            "one of them, or check them all with lg.check_adapters", kind="not-found"))])
+    result = found[0][1].result()
+    if isinstance(result, Malformed):
+        refuse([malformed_violation(subject, result)])
+    return result
