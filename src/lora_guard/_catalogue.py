@@ -672,11 +672,90 @@ _ENTRIES = (
         fixes=(
             "Raise the slot count (vLLM --max-loras, sglang --max-loras-per-batch) or split the "
             "adapters over servers.",
+            "Raise the engine's limit on loaded adapters (sglang --max-loaded-loras) or split "
+            "the adapters over servers.",
         ),
         example="lora-guard check ./adapters --max-loras 8   # LG110 with 9 adapters\n",
         error="AdapterError",
         messages={
             "count": "{subject}: {count} adapters, but the server has {max_loras} slots.",
+            "loaded": (
+                "{subject}: {count} adapters to hold loaded, but {engine} holds at most "
+                "{limit} (--max-loaded-loras) and refuses to load more; "
+                "--max-loras-per-batch ({per_batch}) is per batch, not a limit on the set."
+            ),
+        },
+        variant_fixes={"loaded": 1},
+        raised_by=("lg.check_adapters", "lora-guard check"),
+    ),
+    _entry(
+        code="LG111",
+        slug="packed-rank-mismatch",
+        title="Ranks that differ within one packed module",
+        summary=(
+            "Engines that stack q/k/v into one `qkv_proj` buffer (and gate/up into "
+            "`gate_up_proj`) hold one rank per packed module. An adapter whose `rank_pattern` "
+            "gives the parts of one packed module different ranks cannot be stacked: sglang "
+            "refuses it when it loads the weights."
+        ),
+        triggers=(
+            "`lora-guard check --engine sglang` of an adapter whose `rank_pattern` gives "
+            "`q_proj`, `k_proj` and `v_proj` (or `gate_proj` and `up_proj`) of one layer "
+            "different ranks.",
+        ),
+        situations=("A `rank_pattern` tuned per projection, e.g. `{\"k_proj\": 4}` with r=8.",),
+        fixes=(
+            "Give the parts of each packed module one rank (retrain with a rank_pattern keyed "
+            "on whole layers, or no rank_pattern), or serve the adapter with an engine that "
+            "keeps the parts apart (vLLM, PEFT).",
+        ),
+        example=(
+            "# before\nLoraConfig(r=8, target_modules=[\"q_proj\", \"k_proj\", \"v_proj\"],\n"
+            "           rank_pattern={\"k_proj\": 4})\n"
+            "# after\nLoraConfig(r=8, target_modules=[\"q_proj\", \"k_proj\", \"v_proj\"])\n"
+        ),
+        error="AdapterError",
+        messages={
+            "packed": (
+                "{subject}: {packed} of {layer} stacks {parts} of ranks {ranks}; {engine} holds "
+                "one rank per packed module and refuses it."
+            ),
+        },
+        raised_by=("lg.check_adapters", "lora-guard check"),
+    ),
+    _entry(
+        code="LG112",
+        slug="scaling-not-honoured",
+        title="A per-module scaling the engine does not compute",
+        summary=(
+            "PEFT scales each module's update by `lora_alpha / r` (`/ sqrt(r)` with rsLoRA), "
+            "with `rank_pattern` and `alpha_pattern` giving a module its own rank and alpha. "
+            "An engine that computes one scaling for the whole adapter from `lora_alpha` and "
+            "`r` (sglang) loads such an adapter without a word and serves every module whose "
+            "own scaling differs at the wrong strength."
+        ),
+        triggers=(
+            "`lora-guard check --engine sglang` of an adapter with `use_rslora`, or whose "
+            "`rank_pattern` / `alpha_pattern` gives a module another `alpha / r` than the "
+            "adapter's.",
+        ),
+        situations=("rsLoRA fine-tunes; rank or alpha tuned per module.",),
+        fixes=(
+            "Fold the scaling into the weights (multiply each module's lora_B by its own "
+            "scaling divided by lora_alpha / r) and save the adapter again without "
+            "use_rslora, rank_pattern or alpha_pattern, or serve it with vLLM or PEFT, which "
+            "honour them.",
+        ),
+        example=(
+            "# before\nLoraConfig(r=16, lora_alpha=16, use_rslora=True)\n"
+            "# after (for sglang)\nLoraConfig(r=16, lora_alpha=16)\n"
+        ),
+        error="AdapterError",
+        messages={
+            "scaling": (
+                "{subject}: {module} is scaled by {expected} in PEFT ({why}), but {engine} "
+                "scales the whole adapter by lora_alpha / r = {served}."
+            ),
         },
         raised_by=("lg.check_adapters", "lora-guard check"),
     ),

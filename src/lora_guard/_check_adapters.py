@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set")
 """Version of `Report.to_dict`'s JSON schema; bumped only on an incompatible change."""
 
 PathOrSpec = Union[str, "os.PathLike[str]", AdapterSpec]
@@ -114,6 +115,20 @@ class ServingLimits:
     """The base model's config.json (path, folder or dict), as given."""
     allow: frozenset[str] = frozenset()
     """Features the server implements (names as above)."""
+    engine: str | None = None
+    """The engine release these limits are of (``"vllm==0.34.0"``), set by `for_engine`."""
+    engine_options: Mapping[str, Any] = field(default_factory=dict)
+    """The engine's LoRA flags as it resolves them (its defaults filled in), by `for_engine`."""
+    served_heads: frozenset[str] | None = None
+    """``modules_to_save`` heads the server serves although it refuses others (vLLM
+    ``classifier``, ``score``)."""
+    max_loaded: int | None = None
+    """Adapters the engine holds loaded at once and refuses to load past (sglang
+    ``--max-loaded-loras``): more adapters than that in the set is LG110."""
+    engine_rules: frozenset[str] = frozenset()
+    """The engine's own rules, by name: ``packed-slices`` (a packed module and its parts
+    match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112),
+    ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 
@@ -160,6 +175,22 @@ class ServingLimits:
                 f"{', '.join(FEATURES)}"
             )
         object.__setattr__(self, "allow", frozenset(allow or ()))
+        _positive_int(owner, "max_loaded", self.max_loaded)
+        object.__setattr__(self, "served_heads", _names(
+            owner, "served_heads", self.served_heads, "('score',)"))
+        rules = _names(owner, "engine_rules", self.engine_rules, "('packed-slices',)") \
+            if self.engine_rules else frozenset()
+        unknown_rules = sorted(set(rules or ()) - set(ENGINE_RULES))
+        if unknown_rules:
+            raise ValueError(
+                f"ServingLimits(engine_rules=...) got unknown rule(s) {unknown_rules}; known "
+                f"rules: {', '.join(ENGINE_RULES)}")
+        object.__setattr__(self, "engine_rules", frozenset(rules or ()))
+        if not isinstance(self.engine_options, Mapping):
+            raise ValueError("ServingLimits(engine_options=...) takes a mapping of option "
+                             f"names to values, got {type(self.engine_options).__name__}")
+        object.__setattr__(self, "engine_options",
+                           types.MappingProxyType(dict(self.engine_options)))
         if self.base_config is not None:
             if not isinstance(self.base_config, (str, os.PathLike, Mapping)):
                 raise ValueError(
@@ -167,6 +198,41 @@ class ServingLimits:
                     f"{type(self.base_config).__name__}"
                 )
             object.__setattr__(self, "base", load_base_config(self.base_config))
+
+    @classmethod
+    def for_engine(cls, name: str, *argv: str, version: str | None = None,
+                   **engine_options: Any) -> ServingLimits:
+        """The limits of one engine release, from its own serve flags and defaults.
+
+        ``name`` is ``"vllm"``, ``"sglang"`` or ``"peft"``, optionally pinned
+        (``"vllm==0.34.0"``; ``version=`` does the same); without a version the newest
+        supported release. ``argv`` are the engine's flags as on its command line
+        (``"--max-lora-rank", "64"``; flags that do not bear on LoRA are ignored);
+        ``engine_options`` the same by their Python names (``max_lora_rank=64``), plus
+        ``base_config=``. The engine's defaults fill in the rest (vLLM ``max_lora_rank`` 16).
+        An unknown engine or release, a LoRA flag that cannot be parsed or a combination the
+        engine refuses to start with raises ``ValueError`` naming it.
+
+        The profile is the engine's rules with their sources (``docs/engines/``): it passes
+        what the engine loads *and* serves correctly.
+
+        Example:
+            >>> import lora_guard as lg
+            >>> limits = lg.ServingLimits.for_engine("vllm", max_lora_rank=64)
+            >>> limits.engine, limits.max_rank, limits.max_loras
+            ('vllm==0.34.0', 64, None)
+            >>> lg.ServingLimits.for_engine("sglang", "--max-loaded-loras", "4").max_loaded
+            4
+            >>> lg.ServingLimits.for_engine("vllm", "--max-lora-rank", "24")
+            Traceback (most recent call last):
+            ...
+            lora_guard._engines.EngineOptionError: --max-lora-rank '24': not one of 1, 8, 16, 32, 64, 128, 256, 320, 512
+        """
+        from ._engines import limits_for_engine
+
+        limits: ServingLimits = limits_for_engine(name, *argv, version=version,
+                                                  **engine_options)
+        return limits
 
     def to_dict(self) -> dict[str, Any]:
         """The limits as JSON-ready values (sets as sorted lists)."""
@@ -183,6 +249,12 @@ class ServingLimits:
             "base_config": None if base is None else
             ("<dict>" if isinstance(base, Mapping) else os.fspath(base)),
             "allow": sorted(self.allow),
+            **({} if self.engine is None else {
+                "engine": self.engine,
+                "engine_options": {k: sorted(v) if isinstance(v, (set, frozenset)) else v
+                                   for k, v in self.engine_options.items()},
+                "max_loaded": self.max_loaded,
+            }),
         }
 
 
@@ -524,16 +596,92 @@ def _check_saved_embeddings(spec: AdapterSpec, base: BaseModelDims, grouped: _Gr
                         {"got": shape[0], "expected": base.vocab_size})
 
 
-def _served(module: LoRAModuleSpec, served: frozenset[str]) -> bool:
+PACKED: Mapping[str, frozenset[str]] = types.MappingProxyType({
+    "qkv_proj": frozenset({"q_proj", "k_proj", "v_proj"}),
+    "gate_up_proj": frozenset({"gate_proj", "up_proj"}),
+    "w13": frozenset({"w1", "w3"}),
+})
+"""Packed module -> the parts an adapter may name it by (vLLM ``packed_modules_mapping``,
+sglang ``get_normalized_target_modules``)."""
+_PART_OF = {part: packed for packed, parts in PACKED.items() for part in parts}
+
+
+def _served(module: LoRAModuleSpec, served: frozenset[str], slices: bool = False) -> bool:
     if module.target in served or any(
         module.module == s or module.module.endswith("." + s) for s in served
     ):
         return True
-    fused = {"gate_up_proj": {"gate_proj", "up_proj"}, "qkv_proj": {"q_proj", "k_proj", "v_proj"},
-             "w13": {"w1", "w3"}}
-    if module.target in fused and fused[module.target] <= served:
+    # A packed target whose parts are all served, and a part whose packed module is served
+    # (an engine that packs q/k/v applies LoRA to qkv_proj whichever names the adapter uses).
+    if module.target in PACKED and PACKED[module.target] <= served:
         return True
+    if _PART_OF.get(module.target) in served:
+        return True
+    if slices:  # the engine wraps the whole packed module when any part is targeted
+        packed = module.target if module.target in PACKED else _PART_OF.get(module.target)
+        if packed is not None and PACKED[packed] & served:
+            return True
     return module.kind in ("moe-flat", "moe-packed") and "experts" in served
+
+
+def _packed_parent(module: LoRAModuleSpec) -> tuple[str, str] | None:
+    packed = _PART_OF.get(module.target)
+    if packed is None or not module.module.endswith(module.target):
+        return None
+    return module.module[: -len(module.target)].rstrip("."), packed
+
+
+def _scaling(alpha: float, rank: int, rslora: bool) -> float:
+    return float(alpha) / (rank ** 0.5 if rslora else rank)
+
+
+def _engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
+                  found: list[Violation]) -> None:
+    """The engine's own rules of one adapter (LG111, LG112)."""
+    engine = limits.engine or "the server"
+    modules = [m for m in spec.modules.values() if m.rank]
+    if "packed-ranks-uniform" in limits.engine_rules:
+        groups: dict[tuple[str, str], dict[str, int]] = {}
+        for m in modules:
+            parent = _packed_parent(m)
+            if parent is not None:
+                groups.setdefault(parent, {})[m.target] = int(m.rank or 0)
+        bad = [(k, v) for k, v in groups.items() if len(set(v.values())) > 1]
+        for (layer, packed), parts in bad[:_MAX_PER_KIND]:
+            found.append(make_violation(
+                "LG111", "packed", subject, packed=packed, layer=layer or "the model",
+                parts=", ".join(sorted(parts)),
+                ranks=", ".join(f"{k}={v}" for k, v in sorted(parts.items())), engine=engine))
+    if "one-scaling" in limits.engine_rules:
+        config = spec.config
+        try:
+            r, alpha = int(config["r"]), float(config.get("lora_alpha", 8))
+        except (KeyError, TypeError, ValueError):
+            return
+        if r <= 0:
+            return
+        rslora = bool(config.get("use_rslora"))
+        served = alpha / r
+        ranks = config.get("rank_pattern") or {}
+        alphas = config.get("alpha_pattern") or {}
+        wrong: list[tuple[str, float, str]] = []
+        for m in modules:
+            name = m.module
+            rank = pattern_value(ranks, name) if ranks else None
+            own_alpha = pattern_value(alphas, name) if alphas else None
+            rank = int(rank) if isinstance(rank, (int, float)) and rank > 0 else r
+            a = float(own_alpha) if isinstance(own_alpha, (int, float)) else alpha
+            expected = _scaling(a, rank, rslora)
+            if abs(expected - served) > 1e-6 * max(abs(served), 1.0):
+                why = ", ".join(x for x in (
+                    f"rank {rank}" if rank != r else "", f"alpha {a:g}" if a != alpha else "",
+                    "rsLoRA" if rslora else "") if x)
+                wrong.append((name, expected, why))
+        if wrong:
+            name, expected, why = wrong[0]
+            found.append(make_violation(
+                "LG112", "scaling", subject, module=_more(name, len(wrong)),
+                expected=f"{expected:.4g}", why=why, engine=engine, served=f"{served:.4g}"))
 
 
 def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
@@ -544,6 +692,9 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     grouped = _Grouped()
     # LG105: features the server does not serve
     for name, value in spec.features.items():
+        if name == "modules_to_save" and limits.served_heads is not None and _heads_served(
+                spec, limits.served_heads):
+            continue
         if name not in limits.allow:
             found.append(make_violation(
                 "LG105", "feature", subject, feature=_FEATURE_TEXT.get(name, name),
@@ -574,7 +725,8 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
         if module.a_key in empty_set or module.b_key in empty_set:
             continue
         # LG104: modules the server does not serve
-        if limits.target_modules is not None and not _served(module, limits.target_modules):
+        if limits.target_modules is not None and not _served(
+                module, limits.target_modules, "packed-slices" in limits.engine_rules):
             grouped.add(("LG104", "module", module.target), module.module,
                         {"target": module.target, "served": ", ".join(
                             sorted(limits.target_modules))})
@@ -606,7 +758,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                                         allowed=sorted(limits.allowed_ranks)))
     # LG106: dtypes
     lora_keys = [k for m in spec.modules.values() for k in (m.a_key, m.b_key) if k]
-    if len(spec.dtypes) > 1:
+    if len(spec.dtypes) > 1 and limits.dtypes is not None:  # a server that casts: harmless
         found.append(make_violation("LG106", "mixed", subject, dtypes=list(spec.dtypes)))
     if limits.dtypes is not None:
         for dtype in spec.dtypes:
@@ -616,6 +768,8 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                 found.append(make_violation(
                     "LG106", "allowed", subject, dtype=dtype, key=_more(first, count),
                     allowed=", ".join(sorted(limits.dtypes))))
+    if limits.engine_rules:
+        _engine_rules(subject, spec, limits, found)
     for (code, variant, *_), (name, count, details) in grouped.items.items():
         target = "module" if code in ("LG102", "LG103", "LG104") else "key"
         found.append(make_violation(code, variant, subject, **{
@@ -624,12 +778,14 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     _, mixed = check_moe_layouts(subject, spec.tensors)
     found.extend(mixed)
     order = {c: i for i, c in enumerate(
-        ("LG105", "LG104", "LG103", "LG107", "LG102", "LG101", "LG106", "LG109", "LG002"))}
+        ("LG105", "LG104", "LG103", "LG107", "LG102", "LG101", "LG111", "LG112", "LG106",
+         "LG109", "LG002"))}
     found.sort(key=lambda v: order.get(v.code, 99))
     return found
 
 
-_CODES = ("LG002", "LG101", "LG102", "LG103", "LG104", "LG105", "LG106", "LG107", "LG109")
+_CODES = ("LG002", "LG101", "LG102", "LG103", "LG104", "LG105", "LG106", "LG107", "LG109",
+          "LG111", "LG112")
 
 
 def spec_violations(
@@ -755,6 +911,7 @@ def check_adapters(
             seen.add(real)
             discovered.append((adapter_id, target))
     specs: list[AdapterSpec] = []
+    spec_ids: list[tuple[str, AdapterSpec]] = []
     by_adapter: dict[str, tuple[Violation, ...]] = {}
     ids: list[str] = []
     layouts: list[tuple[str, MoELayout]] = []
@@ -779,6 +936,7 @@ def check_adapters(
                     adapter_id, f"could not be checked ({type(exc).__name__}: {exc})"))]
             else:
                 specs.append(spec)
+                spec_ids.append((adapter_id, spec))
                 if spec.moe_layout is not None and not any(v.code == "LG002" for v in found):
                     layouts.append((adapter_id, spec.moe_layout))
         if found:
@@ -793,14 +951,52 @@ def check_adapters(
                     "LG002", "set", f"adapter {adapter_id!r}", layout=layout.value,
                     pool_layout=pool.value, owner=owner)
                 by_adapter[adapter_id] = (*by_adapter.get(adapter_id, ()), violation)
+    if "rank-from-set" in limits.engine_rules and limits.max_rank is None and specs:
+        _rank_from_set(spec_ids, by_adapter)
     if limits.max_loras is not None and len(ids) > limits.max_loras:
         by_adapter[_SET] = (make_violation(
             "LG110", "count", "adapter set", count=len(ids), max_loras=limits.max_loras),)
+    if limits.max_loaded is not None and len(ids) > limits.max_loaded:
+        by_adapter[_SET] = (*by_adapter.get(_SET, ()), make_violation(
+            "LG110", "loaded", "adapter set", count=len(ids), limit=limits.max_loaded,
+            engine=limits.engine or "the server",
+            per_batch=limits.engine_options.get("max_loras_per_batch", "?")))
     violations = [v for i in [*ids, _SET] for v in by_adapter.get(i, ())]
     return Report(
         adapters=tuple(specs), violations=tuple(violations), ids=tuple(ids),
         by_adapter=types.MappingProxyType(by_adapter), limits=limits,
     )
+
+
+def _heads_served(spec: AdapterSpec, heads: frozenset[str]) -> bool:
+    saved = spec.config.get("modules_to_save") or []
+    names = [saved] if isinstance(saved, str) else list(saved) if isinstance(
+        saved, (list, tuple)) else [None]
+    if not all(isinstance(n, str) and n.split(".")[-1] in heads for n in names):
+        return False
+    return all(k.split(".modules_to_save.")[0].split(".")[-1] in heads or any(
+        f".{h}." in k for h in heads) for k, kind in spec.extra_keys.items()
+        if kind == "modules_to_save")
+
+
+def _rank_from_set(specs: list[tuple[str, AdapterSpec]],
+                   by_adapter: dict[str, tuple[Violation, ...]]) -> None:
+    """No max rank given (sglang): the pool's rank is the largest ``r`` of the set; a
+    ``rank_pattern`` value above it does not fit."""
+    rs = [int(s.config["r"]) for _, s in specs
+          if isinstance(s.config.get("r"), int) and not isinstance(s.config.get("r"), bool)]
+    if not rs:
+        return
+    pool = max(rs)
+    for adapter_id, spec in specs:
+        pattern = spec.config.get("rank_pattern") or {}
+        over = sorted((int(v), k) for k, v in pattern.items()
+                      if isinstance(v, int) and v > pool) if isinstance(pattern, Mapping) else []
+        if over:
+            rank, key = over[-1]
+            by_adapter[adapter_id] = (*by_adapter.get(adapter_id, ()), make_violation(
+                "LG101", "max", f"adapter {adapter_id!r}", rank=rank,
+                module=f"rank_pattern[{key!r}]", max_rank=pool))
 
 
 def adapter_servable(spec: AdapterSpec | str | os.PathLike[str],

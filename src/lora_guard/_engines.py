@@ -1,0 +1,566 @@
+"""Engine profiles: what vLLM, sglang and PEFT serve, per release, from their own flags.
+
+A profile is data (the engine's LoRA flags with their names and defaults, as its argument
+parser for that release defines them) plus the few rules that are the engine's own. Each rule
+cites the release's source file and function. `ServingLimits.for_engine` builds the limits
+from a profile; the CLI's ``--engine`` and a pasted serve command go through the same code, so
+the checker and the runtime integrations read one profile.
+
+The verdict a profile gives is not "what the engine's loader says": it passes only what the
+engine loads *and serves correctly*. Where an engine loads an adapter without a word and then
+serves it wrongly, the profile still refuses it; each such rule says ``engine_refuses=False``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._adapters import FEATURES
+
+if TYPE_CHECKING:
+    from ._check_adapters import ServingLimits
+
+__all__ = [
+    "ENGINES",
+    "EngineOptionError",
+    "EngineProfile",
+    "Flag",
+    "Rule",
+    "ServeCommand",
+    "limits_for_engine",
+    "parse_serve_command",
+    "profile",
+]
+
+
+class EngineOptionError(ValueError):
+    """An engine name, release or LoRA flag that cannot be used (a usage error)."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One LoRA flag of an engine's serve command, as its argument parser defines it."""
+
+    name: str
+    """The flag, e.g. ``--max-lora-rank``."""
+    dest: str
+    """The option's name in Python, e.g. ``max_lora_rank``."""
+    kind: str
+    """``int``, ``bool``, ``choice`` (one of `choices`), ``list`` or ``adapters``."""
+    default: Any
+    """The engine's default for that release."""
+    help: str
+    """What it means for the check."""
+    choices: tuple[Any, ...] = ()
+    """For ``choice`` (and ``list``): the values the engine's parser accepts."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of a profile, with the engine source it comes from."""
+
+    code: str
+    """The code lora_guard reports for it."""
+    text: str
+    """The rule, one sentence."""
+    source: str
+    """``file:function`` of the release's source it is read from."""
+    engine_refuses: bool = True
+    """False where the engine loads the adapter without a word and serves it wrongly (the
+    profile refuses what the engine does not)."""
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One release of one engine: its LoRA flags and its own rules."""
+
+    engine: str
+    version: str
+    flags: tuple[Flag, ...]
+    rules: tuple[Rule, ...]
+    build: Callable[[Mapping[str, Any]], dict[str, Any]] = field(repr=False, compare=False)
+    """Resolved options -> `ServingLimits` keywords."""
+    validate: Callable[[Mapping[str, Any]], None] = field(repr=False, compare=False,
+                                                        default=lambda options: None)
+    """Raises `EngineOptionError` for options the engine itself refuses at start-up."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.engine}=={self.version}"
+
+    def flag(self, name: str) -> Flag | None:
+        name = "--" + name.lstrip("-").replace("_", "-")
+        return next((f for f in self.flags if f.name == name), None)
+
+
+# --- vLLM 0.34.0 ---------------------------------------------------------------------------
+
+_VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+_VLLM_HEADS = ("classifier", "score")
+_VLLM_ARGS = "vllm/engine/arg_utils.py:EngineArgs.add_cli_args"
+_VLLM_CONFIG = "vllm/config/lora.py:LoRAConfig"
+
+_VLLM_FLAGS = (
+    Flag("--enable-lora", "enable_lora", "bool", False, "LoRA on; without it no adapter serves"),
+    Flag("--max-lora-rank", "max_lora_rank", "choice", 16,
+         "largest rank served, r and every rank_pattern value (LG101)", _VLLM_RANKS),
+    Flag("--max-loras", "max_loras", "int", 1,
+         "GPU slots used in one batch; adapters beyond it are swapped in (no limit on the set)"),
+    Flag("--max-cpu-loras", "max_cpu_loras", "int", None,
+         "CPU cache of loaded adapters (default --max-loras), LRU: no limit on the set; must be "
+         ">= --max-loras"),
+    Flag("--lora-dtype", "lora_dtype", "choice", "auto",
+         "dtype adapter weights are cast to (auto = the model's): every dtype serves",
+         ("auto", "float16", "bfloat16")),
+    Flag("--lora-target-modules", "lora_target_modules", "list", None,
+         "module suffixes LoRA is applied to (packed qkv_proj/gate_up_proj match their parts "
+         "and the reverse); default all the model supports (LG104)"),
+    Flag("--fully-sharded-loras", "fully_sharded_loras", "bool", False, "no bearing on a check"),
+    Flag("--max-lora-cls-labels", "max_lora_cls_labels", "int", None,
+         "no bearing on a check from headers"),
+    Flag("--lora-modules", "lora_modules", "adapters", None,
+         "adapters served: name=path or JSON {\"name\", \"path\"} (checked)"),
+)
+
+
+def _vllm_validate(options: Mapping[str, Any]) -> None:
+    cpu, slots = options.get("max_cpu_loras"), options["max_loras"]
+    if cpu is not None and cpu < slots:  # vllm/config/lora.py:LoRAConfig._validate_lora_config
+        raise EngineOptionError(
+            f"--max-cpu-loras ({cpu}) must be >= --max-loras ({slots}): vLLM refuses to start")
+
+
+def _vllm_build(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "max_rank": options["max_lora_rank"],
+        "target_modules": options.get("lora_target_modules"),
+        "served_heads": _VLLM_HEADS,
+        "engine_rules": ("packed-slices",),
+    }
+
+
+_VLLM_RULES = (
+    Rule("LG101", "r and every rank_pattern value at most --max-lora-rank (default 16); the flag "
+         "takes only 1, 8, 16, 32, 64, 128, 256, 320, 512",
+         "vllm/lora/peft_helper.py:PEFTHelper.validate_legal"),
+    Rule("LG105", "refuses DoRA, lora_bias, bias other than none, aLoRA, layer_replication, "
+         "QALoRA and modules_to_save other than the classification heads classifier/score "
+         "(added for SEQ_CLS/TOKEN_CLS adapters)",
+         "vllm/lora/peft_helper.py:PEFTHelper._validate_features"),
+    Rule("LG105", "trainable_token_indices is not read; the adapter's token deltas are not "
+         "served", "vllm/lora/peft_helper.py:PEFTHelper.from_dict", engine_refuses=False),
+    Rule("LG104", "weight keys (not target_modules) are compared with the served modules; "
+         "--lora-target-modules filters by suffix, and a packed module (qkv_proj, gate_up_proj) "
+         "matches its parts and the reverse; a module outside the filter is not wrapped and "
+         "its weights are ignored",
+         "vllm/lora/utils.py:is_in_target_modules; "
+         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint", engine_refuses=False),
+    Rule("LG106", "no dtype rule: weights are cast to --lora-dtype (auto = the model's dtype)",
+         "vllm/config/lora.py:LoRAConfig.verify_with_model_config"),
+    Rule("LG110", "no count rule: --max-loras is GPU slots per batch and --max-cpu-loras an LRU "
+         "cache, so any number of adapters serves", _VLLM_CONFIG),
+    Rule("LG103", "a lora_A without its lora_B (or a zero-size tensor, LG107, or a base of "
+         "other dims, LG109) loads without a word and fails or serves wrongly later",
+         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint", engine_refuses=False),
+)
+
+# --- sglang 0.5.23 -------------------------------------------------------------------------
+
+_SGLANG_TARGETS = (
+    "q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "kv_a_proj_with_mqa", "q_b_proj",
+    "kv_b_proj", "wq_b", "wk", "weights_proj", "gate_proj", "up_proj", "down_proj", "qkv_proj",
+    "gate_up_proj", "embed_tokens", "lm_head", "qkvr", "wo_ud", "all",
+)  # sglang/srt/utils/common.py:SUPPORTED_LORA_TARGET_MODULES + LORA_TARGET_ALL_MODULES
+_SGLANG_FIELDS = "sglang/srt/arg_groups/fields/lora.py:Lora"
+
+_SGLANG_FLAGS = (
+    Flag("--enable-lora", "enable_lora", "bool", None,
+         "LoRA on (set by --lora-paths too)"),
+    Flag("--max-lora-rank", "max_lora_rank", "int", None,
+         "pool rank; default: the largest r of --lora-paths (LG101)"),
+    Flag("--lora-target-modules", "lora_target_modules", "list", None,
+         "modules of the pool (q/k/v stack into qkv_proj, gate/up into gate_up_proj; 'all' "
+         "every supported one); default: the union of the adapters' (LG104)", _SGLANG_TARGETS),
+    Flag("--max-loras-per-batch", "max_loras_per_batch", "int", 8,
+         "GPU slots of one batch; adapters beyond it wait (no limit on the set)"),
+    Flag("--max-loaded-loras", "max_loaded_loras", "int", None,
+         "adapters loaded at once; more is refused (LG110); must be >= --max-loras-per-batch"),
+    Flag("--lora-paths", "lora_paths", "adapters", None,
+         "adapters loaded at start-up: PATH, NAME=PATH or JSON {\"lora_name\", \"lora_path\"} "
+         "(checked)"),
+)
+
+
+def _sglang_validate(options: Mapping[str, Any]) -> None:
+    loaded, per_batch = options.get("max_loaded_loras"), options["max_loras_per_batch"]
+    # sglang/srt/arg_groups/lora_hook.py:check_lora_server_args
+    if loaded is not None and loaded < per_batch:
+        raise EngineOptionError(
+            f"--max-loaded-loras ({loaded}) must be >= --max-loras-per-batch ({per_batch}): "
+            "sglang refuses to start")
+    targets = options.get("lora_target_modules") or []
+    if "all" in targets and len(targets) > 1:
+        raise EngineOptionError(
+            "--lora-target-modules: 'all' must be the only module given: sglang refuses to start")
+
+
+def _sglang_build(options: Mapping[str, Any]) -> dict[str, Any]:
+    targets = options.get("lora_target_modules")
+    rules = ["packed-slices", "packed-ranks-uniform", "one-scaling"]
+    if options.get("max_lora_rank") is None:
+        rules.append("rank-from-set")
+    return {
+        "max_rank": options.get("max_lora_rank"),
+        "target_modules": None if not targets or "all" in targets else targets,
+        "max_loaded": options.get("max_loaded_loras"),
+        "engine_rules": rules,
+    }
+
+
+_SGLANG_RULES = (
+    Rule("LG101", "r at most --max-lora-rank (default: the largest r of --lora-paths); sglang "
+         "checks r only: a larger rank_pattern value loads and overflows the pool's rank",
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.can_support", engine_refuses=False),
+    Rule("LG105", "refuses DoRA and added tokens",
+         "sglang/srt/lora/lora_manager.py:LoRAManager.validate_new_adapter"),
+    Rule("LG105", "ignores bias, lora_bias, modules_to_save (lm_head too), aLoRA, "
+         "layer_replication and QALoRA: such adapters load and serve wrongly",
+         "sglang/srt/lora/lora.py:LoRAAdapter.initialize_weights", engine_refuses=False),
+    Rule("LG104", "the adapter's target modules, normalised (q/k/v -> qkv_proj, gate/up -> "
+         "gate_up_proj), must be a subset of --lora-target-modules",
+         "sglang/srt/lora/utils.py:get_normalized_target_modules; "
+         "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes"),
+    Rule("LG111", "the parts of one packed module (q/k/v, gate/up) must have one rank: a "
+         "rank_pattern that gives them different ranks is refused when the weights are stacked",
+         "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj"),
+    Rule("LG112", "one scaling for the whole adapter, lora_alpha / r: use_rslora, alpha_pattern "
+         "and a rank_pattern rank other than r load and serve at the wrong strength",
+         "sglang/srt/lora/lora.py:LoRAAdapter.__init__", engine_refuses=False),
+    Rule("LG106", "no dtype rule: weights are copied into the pool's buffers, in the model's "
+         "dtype", "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer"),
+    Rule("LG110", "more adapters than --max-loaded-loras are refused; --max-loras-per-batch is "
+         "per batch, not a limit on the set",
+         "sglang/srt/arg_groups/lora_hook.py:check_lora_server_args; "
+         "sglang/srt/managers/tokenizer_manager.py"),
+)
+
+# --- PEFT ----------------------------------------------------------------------------------
+
+_PEFT_RULES = (
+    Rule("LG105", "every LoRA feature PEFT saves it loads back (DoRA, biases, modules_to_save, "
+         "trainable tokens, aLoRA, layer replication)",
+         "peft/tuners/lora/model.py:LoraModel"),
+    Rule("LG106", "no dtype rule: loading copies into the model's own parameters",
+         "peft/utils/save_and_load.py:set_peft_model_state_dict"),
+)
+
+
+def _peft_build(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {"allow": tuple(FEATURES)}
+
+
+ENGINES: Mapping[str, tuple[EngineProfile, ...]] = {
+    "vllm": (EngineProfile("vllm", "0.34.0", _VLLM_FLAGS, _VLLM_RULES, _vllm_build,
+                           _vllm_validate),),
+    "sglang": (EngineProfile("sglang", "0.5.23", _SGLANG_FLAGS, _SGLANG_RULES, _sglang_build,
+                             _sglang_validate),),
+    "peft": (EngineProfile("peft", "0.21", (), _PEFT_RULES, _peft_build),),
+}
+"""Engine -> its supported releases, newest first."""
+
+
+def profile(name: str, version: str | None = None) -> EngineProfile:
+    """The profile of ``name`` (``"vllm"``, ``"vllm==0.34.0"``) at ``version`` (newest if None).
+
+    Example:
+        >>> from lora_guard._engines import profile
+        >>> profile("vllm").label
+        'vllm==0.34.0'
+        >>> profile("vllm==0.1")
+        Traceback (most recent call last):
+        ...
+        lora_guard._engines.EngineOptionError: vllm 0.1 is not a supported release; supported: 0.34.0
+    """
+    if not isinstance(name, str):
+        raise EngineOptionError(f"engine name must be a string such as 'vllm', got {name!r}")
+    engine, _, pinned = name.strip().partition("==")
+    engine = engine.strip().lower()
+    if pinned and version is not None and pinned != version:
+        raise EngineOptionError(f"engine {name!r} and version={version!r} disagree")
+    version = version or pinned or None
+    releases = ENGINES.get(engine)
+    if releases is None:
+        raise EngineOptionError(
+            f"unknown engine {engine!r}; supported: {', '.join(sorted(ENGINES))}")
+    if version is None:
+        return releases[0]
+    for release in releases:
+        if version in (release.version, *_prefixes(release.version)):
+            return release
+    raise EngineOptionError(
+        f"{engine} {version} is not a supported release; supported: "
+        f"{', '.join(r.version for r in releases)}")
+
+
+def _prefixes(version: str) -> list[str]:
+    parts = version.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
+
+
+# --- flags ---------------------------------------------------------------------------------
+
+
+def _value(flag: Flag, raw: Any) -> Any:
+    def bad(why: str) -> EngineOptionError:
+        return EngineOptionError(f"{flag.name} {raw!r}: {why}")
+
+    if flag.kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise bad("expected true or false")
+    if flag.kind == "int" or (flag.kind == "choice" and isinstance(flag.choices[0], int)):
+        try:
+            value = raw if isinstance(raw, int) and not isinstance(raw, bool) else int(str(raw))
+        except ValueError:
+            raise bad("expected an integer") from None
+        if value < 1:
+            raise bad("expected a positive integer")
+        if flag.choices and value not in flag.choices:
+            raise bad(f"not one of {', '.join(map(str, flag.choices))}")
+        return value
+    if flag.kind == "choice":
+        if str(raw) not in flag.choices:
+            raise bad(f"not one of {', '.join(map(str, flag.choices))}")
+        return str(raw)
+    items = [raw] if isinstance(raw, str) else list(raw)
+    if flag.kind == "list":
+        names = [str(i) for i in items]
+        if not names:
+            raise bad("expected one or more names")
+        unknown = [n for n in names if flag.choices and n not in flag.choices]
+        if unknown:
+            raise bad(f"{unknown[0]!r} is not one of {', '.join(flag.choices)}")
+        return names
+    return [_adapter_item(flag, item) for item in items]
+
+
+def _adapter_item(flag: Flag, item: Any) -> tuple[str, str]:
+    """An adapter of --lora-modules / --lora-paths as (name, path)."""
+    if isinstance(item, Mapping):
+        data: Mapping[str, Any] = item
+    elif isinstance(item, str) and item.lstrip().startswith("{"):
+        try:
+            data = json.loads(item)
+        except json.JSONDecodeError:
+            raise EngineOptionError(f"{flag.name}: invalid JSON {item!r}") from None
+        if not isinstance(data, Mapping):
+            raise EngineOptionError(f"{flag.name}: expected a JSON object, got {item!r}")
+    elif isinstance(item, str) and "=" in item and "," not in item:
+        name, path = item.split("=", 1)
+        return name, path
+    elif isinstance(item, str) and flag.dest == "lora_paths":
+        return item, item
+    else:
+        raise EngineOptionError(f"{flag.name}: expected NAME=PATH, got {item!r}")
+    name = data.get("name", data.get("lora_name"))
+    path = data.get("path", data.get("lora_path"))
+    if not isinstance(name, str) or not isinstance(path, str):
+        keys = "name/path" if flag.dest == "lora_modules" else "lora_name/lora_path"
+        raise EngineOptionError(f"{flag.name}: {item!r} needs a name and a path ({keys})")
+    return name, path
+
+
+def _parse_flags(release: EngineProfile, argv: Sequence[str]) -> tuple[dict[str, Any],
+                                                                        list[str]]:
+    """The release's LoRA flags found in argv (others ignored) and the positional words."""
+    found: dict[str, Any] = {}
+    positional: list[str] = []
+    words = [str(w) for w in argv]
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("--") or word == "--":
+            positional.append(word)
+            continue
+        name, eq, inline = word.partition("=")
+        flag = release.flag(name)
+        negated = None
+        if flag is None and name.startswith("--no-"):
+            negated = release.flag("--" + name[5:])
+        if negated is not None and negated.kind == "bool":
+            found[negated.dest] = False
+            continue
+        if flag is None:  # not a LoRA flag: skip it and its values
+            while i < len(words) and not words[i].startswith("-"):
+                i += 1
+            continue
+        if flag.kind == "bool":
+            found[flag.dest] = _value(flag, inline) if eq else True
+            continue
+        if flag.kind in ("list", "adapters"):
+            values = [inline] if eq else []
+            while not eq and i < len(words) and not words[i].startswith("--"):
+                values.append(words[i])
+                i += 1
+            if flag.kind == "list" and not values:
+                raise EngineOptionError(f"{flag.name} expects one or more values")
+            found[flag.dest] = [*found.get(flag.dest, []), *_value(flag, values)] \
+                if flag.kind == "adapters" else _value(flag, values)
+            continue
+        if eq:
+            raw = inline
+        elif i < len(words):
+            raw = words[i]
+            i += 1
+        else:
+            raise EngineOptionError(f"{flag.name} expects a value")
+        found[flag.dest] = _value(flag, raw)
+    return found, positional
+
+
+def resolve_options(release: EngineProfile, argv: Sequence[str] = (),
+                    options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every LoRA flag of the release with its value: from argv, then keywords, else default."""
+    found, _ = _parse_flags(release, argv)
+    by_dest = {f.dest: f for f in release.flags}
+    for key, raw in (options or {}).items():
+        flag = by_dest.get(key)
+        if flag is None:
+            known = ", ".join(by_dest) or "none"
+            raise EngineOptionError(
+                f"{release.engine} has no LoRA option {key!r}; its options: {known}")
+        if raw is not None:
+            found[key] = _value(flag, raw)
+    resolved = {f.dest: found.get(f.dest, f.default) for f in release.flags}
+    release.validate(resolved)
+    return resolved
+
+
+def limits_for_engine(name: str, *argv: str, version: str | None = None,
+                      base_config: Any = None, **options: Any) -> ServingLimits:
+    """`ServingLimits.for_engine`: the limits of one engine release from its flags."""
+    from ._check_adapters import ServingLimits
+
+    release = profile(name, version)
+    flat: list[str] = []
+    for item in argv:
+        if isinstance(item, (list, tuple)):
+            flat.extend(str(i) for i in item)
+        elif isinstance(item, str):
+            flat.append(item)
+        else:
+            raise EngineOptionError(
+                f"for_engine takes the engine's flags as strings such as '--max-lora-rank', "
+                f"'64', got {item!r}")
+    resolved = resolve_options(release, flat, options)
+    kwargs = release.build(resolved)
+    shown = {k: v for k, v in resolved.items() if k not in ("lora_modules", "lora_paths")}
+    return ServingLimits(engine=release.label, engine_options=shown, base_config=base_config,
+                         **kwargs)
+
+
+# --- a pasted serve command ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServeCommand:
+    """What a pasted serve command says: the engine, its limits, the adapters, the model."""
+
+    limits: ServingLimits
+    adapters: tuple[tuple[str, str], ...]
+    """(name, path) of each adapter the command serves."""
+    model: str | None
+    """MODEL (vLLM) / --model-path (sglang), as given."""
+
+
+def _engine_of(argv: Sequence[str]) -> tuple[str, list[str]] | None:
+    words = list(argv)
+    for i, word in enumerate(words):
+        base = os.path.basename(word)
+        if base == "vllm" and i + 1 < len(words) and words[i + 1] == "serve":
+            return "vllm", words[i + 2:]
+        if word == "-m" and i + 1 < len(words):
+            module = words[i + 1]
+            if module in ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main"):
+                rest = words[i + 2:]
+                return "vllm", rest[1:] if rest[:1] == ["serve"] else rest
+            if module in ("sglang.launch_server", "sglang.srt.entrypoints.http_server"):
+                return "sglang", words[i + 2:]
+        if base == "sglang" and i + 1 < len(words) and words[i + 1] == "serve":
+            return "sglang", words[i + 2:]
+    return None
+
+
+def is_serve_command(argv: Sequence[str]) -> bool:
+    """True when argv is a vLLM or sglang serve command."""
+    return _engine_of(argv) is not None
+
+
+def parse_serve_command(argv: Sequence[str], *, version: str | None = None,
+                        base_config: Any = None) -> ServeCommand:
+    """Engine, limits, adapters and model of ``vllm serve ...`` / ``python -m
+    sglang.launch_server ...``; when MODEL is a local folder with a config.json (and no
+    ``base_config`` is given), it is the base config.
+
+    Example:
+        >>> from lora_guard._engines import parse_serve_command
+        >>> cmd = parse_serve_command(["vllm", "serve", "meta-llama/Llama-3.1-8B",
+        ...     "--enable-lora", "--lora-modules", "sql=/a/sql", "--max-lora-rank", "64"])
+        >>> cmd.limits.engine, cmd.limits.max_rank, cmd.adapters
+        ('vllm==0.34.0', 64, (('sql', '/a/sql'),))
+    """
+    found = _engine_of(argv)
+    if found is None:
+        raise EngineOptionError(
+            "after -- give a serve command (vllm serve MODEL ... or python -m "
+            "sglang.launch_server --model-path MODEL ...), or give PATHs and --engine")
+    engine, rest = found
+    release = profile(engine, version)
+    options, positional = _parse_flags(release, rest)
+    model: str | None
+    if engine == "vllm":
+        model = positional[0] if positional else _option(rest, "--model")
+    else:
+        model = _option(rest, "--model-path") or _option(rest, "--model")
+    key = "lora_modules" if engine == "vllm" else "lora_paths"
+    adapters = tuple(options.get(key) or ())
+    if base_config is None and model and (pathlib.Path(model) / "config.json").is_file():
+        base_config = str(pathlib.Path(model) / "config.json")
+    limits = limits_for_engine(release.label, *rest, base_config=base_config)
+    if engine == "sglang" and not adapters and not (
+            limits.engine_options.get("max_lora_rank")
+            and limits.engine_options.get("lora_target_modules")):
+        raise EngineOptionError(
+            "sglang without --lora-paths needs --max-lora-rank and --lora-target-modules "
+            "(it refuses to start)")
+    return ServeCommand(limits=limits, adapters=adapters, model=model)
+
+
+def _option(words: Sequence[str], name: str) -> str | None:
+    for i, word in enumerate(words):
+        if word == name and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith(name + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def flag_table(release: EngineProfile) -> list[tuple[str, str, str]]:
+    """(flag, default, what it means) of each LoRA flag, for the docs."""
+    return [(f.name, repr(f.default), f.help) for f in release.flags]
+
+
+def rule_table(release: EngineProfile) -> Iterable[Rule]:
+    """The release's rules, for the docs."""
+    return release.rules
