@@ -258,6 +258,10 @@ class AdapterSpec:
     """For a remote adapter (``hf://``, ``s3://``, ``https://``): its URL, else None."""
     transferred: int | None = None
     """For a remote adapter: the bytes read over the network (config and header), else None."""
+    weights_file: str | None = WEIGHTS_NAME
+    """The weights file the tensors were read from; None for the spec of a config alone (a
+    folder without ``adapter_model.safetensors``, read for a loader that opens other weight
+    files itself)."""
 
     @property
     def name(self) -> str:
@@ -913,6 +917,8 @@ def load_spec(
                         "adapter_config.json and adapter_model.safetensors)", kind="not-found")
     config, config_size = _read_config(folder, config_defaults)
     tensors, metadata, weights_size = _read_weights(folder, require_weights)
+    if not require_weights and not tensors and not os.path.lexists(folder / WEIGHTS_NAME):
+        return build_spec(folder, config, tensors, metadata, config_size, weights_file=None)
     return build_spec(folder, config, tensors, metadata, config_size + weights_size)
 
 

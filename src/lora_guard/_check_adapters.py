@@ -13,7 +13,6 @@ from typing import Any, Union
 
 from ._adapters import (
     FEATURES,
-    WEIGHTS_NAME,
     AdapterSpec,
     LoRAModuleSpec,
     Malformed,
@@ -639,8 +638,8 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     grouped = _Grouped()
     total_bytes = sum(t.nbytes for t in spec.tensors.values())
     # LG115: no tensors at all (the adapter would serve the base model)
-    if not spec.tensors:
-        found.append(make_violation("LG115", "empty", subject, file=WEIGHTS_NAME))
+    if not spec.tensors and spec.weights_file is not None:
+        found.append(make_violation("LG115", "empty", subject, file=spec.weights_file))
     # LG116: an initialisation that rewrote the base weights, never converted
     method = init_method(spec.config)
     if method is not None:

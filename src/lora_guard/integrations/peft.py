@@ -37,7 +37,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._adapters import _LAYER, FEATURES, WEIGHTS_NAME, AdapterSpec
+from .._adapters import _LAYER, FEATURES, AdapterSpec
 from .._check_adapters import Expected, ServingLimits, spec_violations
 from .._checks import shape_of
 from .._config import report
@@ -215,11 +215,8 @@ def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
                                      config_defaults=PEFT_CONFIG_DEFAULTS)
     if spec is not None:
         renamed = kwargs.get("ignore_mismatched_sizes") or kwargs.get("key_mapping")
-        skip: tuple[str, ...] = _LOAD_SETTLED_BY_PEFT
-        if not os.path.lexists(os.path.join(_folder(model_id, kwargs), WEIGHTS_NAME)):
-            skip = (*skip, "LG115")  # a .bin PEFT opens itself: no header to count
         violations += spec_violations(
-            spec, _PEFT_SERVES, subject=subject, skip=skip,
+            spec, _PEFT_SERVES, subject=subject, skip=_LOAD_SETTLED_BY_PEFT,
             module_dims=None if renamed else _module_dims(instance, spec))
         if not renamed:
             violations += layer_violations(instance, spec, subject)
