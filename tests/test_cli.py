@@ -92,7 +92,7 @@ def test_json_output_is_the_documented_schema(
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["check"], "the following arguments are required: PATH"),
+        (["check"], "no adapters to check: give PATHs"),
         (["check", ".", "--max-rank", "x"], "'x' is not a whole number"),
         (["check", ".", "--max-rank", "0"], "must be at least 1"),
         (["check", ".", "--format", "yaml"], "invalid choice"),

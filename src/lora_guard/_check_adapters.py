@@ -40,7 +40,9 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set")
+ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
+                "init-rerun", "cast")
+_RERUN_INITS = ("pissa", "olora")  # deterministic: PEFT's loading rewrites the base again
 """Version of `Report.to_dict`'s JSON schema; bumped only on an incompatible change."""
 
 PathOrSpec = Union[str, "os.PathLike[str]", AdapterSpec]
@@ -130,7 +132,10 @@ class ServingLimits:
     engine_rules: frozenset[str] = frozenset()
     """The engine's own rules, by name: ``packed-slices`` (a packed module and its parts
     match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112),
-    ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's)."""
+    ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's),
+    ``cast`` (every weight is cast to the engine's dtype: mixed dtypes serve, LG106 only for
+    ``dtypes`` given), ``init-rerun`` (PEFT: loading a PiSSA/OLoRA adapter redoes its deterministic init on the
+    base, so it serves as trained)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 
@@ -223,12 +228,12 @@ class ServingLimits:
             >>> limits = lg.ServingLimits.for_engine("vllm", max_lora_rank=64)
             >>> limits.engine, limits.max_rank, limits.max_loras
             ('vllm==0.34.0', 64, None)
-            >>> lg.ServingLimits.for_engine("sglang", "--max-loaded-loras", "4").max_loaded
-            4
-            >>> lg.ServingLimits.for_engine("vllm", "--max-lora-rank", "24")
+            >>> lg.ServingLimits.for_engine("sglang", "--max-loaded-loras", "16").max_loaded
+            16
+            >>> lg.ServingLimits.for_engine("vllm", "--max-lora-rank", "24")  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            lora_guard._engines.EngineOptionError: --max-lora-rank '24': not one of 1, 8, 16, 32, 64, 128, 256, 320, 512
+            lora_guard._engines.EngineOptionError: --max-lora-rank '24': not one of 1, 8, 16, ...
         """
         from ._engines import limits_for_engine
 
@@ -884,7 +889,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                                         allowed=sorted(limits.allowed_ranks)))
     # LG106: dtypes
     lora_keys = [k for m in spec.modules.values() for k in (m.a_key, m.b_key) if k]
-    if len(spec.dtypes) > 1 and limits.dtypes is not None:  # a server that casts: harmless
+    if len(spec.dtypes) > 1 and "cast" not in limits.engine_rules:
         found.append(make_violation("LG106", "mixed", subject, dtypes=list(spec.dtypes)))
     if limits.dtypes is not None:
         for dtype in spec.dtypes:
@@ -896,6 +901,9 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                     allowed=", ".join(sorted(limits.dtypes))))
     if limits.engine_rules:
         _engine_rules(subject, spec, limits, found)
+    if "init-rerun" in limits.engine_rules and str(
+            spec.config.get("init_lora_weights")).lower() in _RERUN_INITS:
+        found = [v for v in found if v.code != "LG116"]  # PEFT redoes the init when it loads
     for (code, variant, *_), (name, count, details) in grouped.items.items():
         target = "module" if code in ("LG102", "LG103", "LG104") else "key"
         found.append(make_violation(code, variant, subject, **{
@@ -1100,9 +1108,8 @@ def _heads_served(spec: AdapterSpec, heads: frozenset[str]) -> bool:
         saved, (list, tuple)) else [None]
     if not all(isinstance(n, str) and n.split(".")[-1] in heads for n in names):
         return False
-    return all(k.split(".modules_to_save.")[0].split(".")[-1] in heads or any(
-        f".{h}." in k for h in heads) for k, kind in spec.extra_keys.items()
-        if kind == "modules_to_save")
+    return all(any(part in heads for part in k.split("."))
+               for k, kind in spec.extra_keys.items() if kind == "modules_to_save")
 
 
 def _rank_from_set(specs: list[tuple[str, AdapterSpec]],

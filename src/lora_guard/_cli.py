@@ -111,10 +111,15 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "has, 2 for a usage error (bad option or configuration, a path that does not exist). "
         "Every long option is also a key of [tool.lora-guard] in pyproject.toml.",
     )
-    check.add_argument("paths", nargs="+", metavar="PATH",
+    check.add_argument("paths", nargs="*", metavar="PATH",
                        help="an adapter folder, a file in one, or a folder searched for "
-                       "adapter folders")
+                       "adapter folders (none when a serve command after -- names them)")
     served = check.add_argument_group("what the server serves")
+    served.add_argument("--engine", metavar="ENGINE[==VERSION]",
+                        help="check for this engine release: vllm, sglang or peft (newest "
+                        "supported release without ==VERSION); its own serve flags go after "
+                        "--, e.g. -- --max-lora-rank 64. Or paste a whole serve command after "
+                        "--: -- vllm serve MODEL --enable-lora --lora-modules a=PATH ...")
     served.add_argument("--max-rank", type=_positive, metavar="N",
                         help="largest rank the server serves (vLLM --max-lora-rank)")
     served.add_argument("--allowed-ranks", type=_rank_list, metavar="R,R",
@@ -268,9 +273,21 @@ def _config_value(action: argparse.Action, key: str, value: Any, source: pathlib
     return text
 
 
+def _split_engine_argv(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """``check ... -- ENGINE FLAGS`` -> (lora-guard's own arguments, the engine's or None)."""
+    words = list(argv)
+    if "check" not in words or "--" not in words or words.index("--") < words.index("check"):
+        return words, None
+    cut = words.index("--")
+    return words[:cut], words[cut + 1:]
+
+
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser, check = _parser()
+    argv, engine_argv = _split_engine_argv(argv)
     args = parser.parse_args(argv)
+    if args.command == "check":
+        args.engine_argv = engine_argv
     if args.command != "check" or args.isolated:
         return args
     source = (pathlib.Path(args.config) if args.config
@@ -281,6 +298,7 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
         raise UsageError(f"--config: no such file: {args.config}")
     _apply_config(check, load_config(source), source)
     args = parser.parse_args(argv)  # again: flags given override the file's defaults
+    args.engine_argv = engine_argv
     args.config_file = str(source)
     return args
 
@@ -626,6 +644,50 @@ def _local_paths(paths: Sequence[str]) -> list[str]:
     return list(out)
 
 
+_GENERIC = ("max_rank", "allowed_ranks", "max_loras", "target_modules", "dtypes", "allow")
+
+
+def _engine_limits(args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """--engine and/or the words after --: the engine's limits and the adapters it names."""
+    from ._engines import (
+        EngineOptionError,
+        is_serve_command,
+        limits_for_engine,
+        parse_serve_command,
+        profile,
+    )
+
+    tail: list[str] = args.engine_argv or []
+    given = [f"--{name.replace('_', '-')}" for name in _GENERIC if getattr(args, name)]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)} with an engine: give the engine's own flags after -- "
+            "instead (e.g. -- --max-lora-rank 64); see docs/engines/")
+    try:
+        if is_serve_command(tail):
+            version = None
+            if args.engine:
+                release = profile(args.engine)
+                version = release.version
+            command = parse_serve_command(tail, version=version, base_config=args.base_config)
+            ran = str(command.limits.engine).split("==")[0]
+            if args.engine and ran != args.engine.split("==")[0].strip().lower():
+                raise UsageError(f"--engine {args.engine} but the command after -- runs "
+                                 f"{command.limits.engine}")
+            return command.limits, [path for _, path in command.adapters]
+        if not args.engine:
+            raise UsageError(
+                "the words after -- are not a serve command (vllm serve MODEL ... or python -m "
+                "sglang.launch_server ...): give --engine vllm|sglang|peft for engine flags")
+        return limits_for_engine(args.engine, *tail, base_config=args.base_config), []
+    except EngineOptionError as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:
+        if args.base_config and "base config" in str(exc):
+            raise UsageError(f"--base-config: {exc}") from None
+        raise UsageError(str(exc)) from None
+
+
 def _limits(args: argparse.Namespace) -> Any:
     from ._check_adapters import ServingLimits
 
@@ -649,8 +711,15 @@ def _run_check(args: argparse.Namespace) -> int:
     if args.statistics and args.format not in ("text", "json"):
         raise UsageError("--statistics prints text or json; drop --format "
                          f"{args.format} or --statistics")
-    limits = _limits(args)
-    paths = _local_paths(args.paths)
+    named: list[str] = []
+    if getattr(args, "engine", None) or getattr(args, "engine_argv", None) is not None:
+        limits, named = _engine_limits(args)
+    else:
+        limits = _limits(args)
+    if not args.paths and not named:
+        raise UsageError("no adapters to check: give PATHs, or a serve command after -- that "
+                         "names them (--lora-modules / --lora-paths)")
+    paths = _local_paths([*args.paths, *named])
     progress = _Progress(sys.stderr) if _wants_progress(args) else None
     from ._remote import RemoteSetupError
 

@@ -140,7 +140,7 @@ def _vllm_build(options: Mapping[str, Any]) -> dict[str, Any]:
         "max_rank": options["max_lora_rank"],
         "target_modules": options.get("lora_target_modules"),
         "served_heads": _VLLM_HEADS,
-        "engine_rules": ("packed-slices",),
+        "engine_rules": ("packed-slices", "cast"),
     }
 
 
@@ -211,7 +211,7 @@ def _sglang_validate(options: Mapping[str, Any]) -> None:
 
 def _sglang_build(options: Mapping[str, Any]) -> dict[str, Any]:
     targets = options.get("lora_target_modules")
-    rules = ["packed-slices", "packed-ranks-uniform", "one-scaling"]
+    rules = ["packed-slices", "packed-ranks-uniform", "one-scaling", "cast"]
     if options.get("max_lora_rank") is None:
         rules.append("rank-from-set")
     return {
@@ -257,11 +257,15 @@ _PEFT_RULES = (
          "peft/tuners/lora/model.py:LoraModel"),
     Rule("LG106", "no dtype rule: loading copies into the model's own parameters",
          "peft/utils/save_and_load.py:set_peft_model_state_dict"),
+    Rule("LG116", "a PiSSA or OLoRA adapter loads back as trained: PeftModel.from_pretrained "
+         "redoes the (deterministic) init on the base; pissa_niter_N (randomised SVD), CorDA and "
+         "LoftQ do not come out the same and stay refused",
+         "peft/tuners/lora/layer.py:LoraLayer.update_layer"),
 )
 
 
 def _peft_build(options: Mapping[str, Any]) -> dict[str, Any]:
-    return {"allow": tuple(FEATURES)}
+    return {"allow": tuple(FEATURES), "engine_rules": ("init-rerun", "cast")}
 
 
 ENGINES: Mapping[str, tuple[EngineProfile, ...]] = {
@@ -281,10 +285,10 @@ def profile(name: str, version: str | None = None) -> EngineProfile:
         >>> from lora_guard._engines import profile
         >>> profile("vllm").label
         'vllm==0.34.0'
-        >>> profile("vllm==0.1")
+        >>> profile("vllm==0.1")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        lora_guard._engines.EngineOptionError: vllm 0.1 is not a supported release; supported: 0.34.0
+        lora_guard._engines.EngineOptionError: vllm 0.1 is not a supported release; supported: ...
     """
     if not isinstance(name, str):
         raise EngineOptionError(f"engine name must be a string such as 'vllm', got {name!r}")

@@ -1,0 +1,416 @@
+"""`lora-guard check --engine vllm|sglang|peft`: each engine's rules, on real PEFT adapters.
+
+Each adapter is made by PEFT itself (tiny LlamaConfig models, `get_peft_model(...)
+.save_pretrained`), as the user's training job would, and checked as the user checks it: with
+the engine's own flags after `--`, a pasted serve command, or `ServingLimits.for_engine`.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+from typing import Any
+
+import pytest
+
+import lora_guard as lg
+from lora_guard._cli import main
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+TARGETS = ["q_proj", "k_proj", "v_proj"]
+
+
+def _config() -> Any:
+    return transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=128)
+
+
+def _save(root: pathlib.Path, name: str, *, head: str = "causal", dtype: Any = None,
+          **lora: Any) -> pathlib.Path:
+    torch.manual_seed(0)
+    model_class = (transformers.LlamaForSequenceClassification if head == "seq-cls"
+                   else transformers.LlamaForCausalLM)
+    lora.setdefault("target_modules", TARGETS)
+    lora.setdefault("r", 8)
+    model = peft.get_peft_model(model_class(_config()), peft.LoraConfig(**lora))
+    if dtype is not None:
+        model = model.to(dtype)
+    path = root / name
+    model.save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
+    """The adapters users train, each saved by PEFT."""
+    root = tmp_path_factory.mktemp("engine-adapters")
+    with _quiet():
+        found = {
+            "plain": _save(root, "plain"),
+            "r32": _save(root, "r32", r=32),
+            "fp16": _save(root, "fp16", dtype=torch.float16),
+            "rank-pattern-k4": _save(root, "rank-pattern-k4", rank_pattern={"k_proj": 4}),
+            "rank-pattern-k32": _save(root, "rank-pattern-k32", rank_pattern={"k_proj": 32}),
+            "rank-pattern-layer": _save(root, "rank-pattern-layer",
+                                        rank_pattern={"layers.1.self_attn.q_proj": 4,
+                                                      "layers.1.self_attn.k_proj": 4,
+                                                      "layers.1.self_attn.v_proj": 4},
+                                        alpha_pattern={"layers.1.self_attn.q_proj": 4,
+                                                       "layers.1.self_attn.k_proj": 4,
+                                                       "layers.1.self_attn.v_proj": 4}),
+            "rslora": _save(root, "rslora", use_rslora=True),
+            "alpha-pattern": _save(root, "alpha-pattern", alpha_pattern={"v_proj": 32}),
+            "dora": _save(root, "dora", use_dora=True),
+            "lora-bias": _save(root, "lora-bias", lora_bias=True),
+            "bias-all": _save(root, "bias-all", bias="all"),
+            "lm-head-saved": _save(root, "lm-head-saved", modules_to_save=["lm_head"]),
+            "seq-cls": _save(root, "seq-cls", head="seq-cls", task_type="SEQ_CLS"),
+            "mlp": _save(root, "mlp", target_modules=["gate_proj", "up_proj", "down_proj"]),
+            "o-proj": _save(root, "o-proj", target_modules=["q_proj", "o_proj"]),
+            "pissa": _save(root, "pissa", init_lora_weights="pissa"),
+            "pissa-niter": _save(root, "pissa-niter", init_lora_weights="pissa_niter_2"),
+        }
+    base = root / "base"
+    config = _config()
+    config.torch_dtype = torch.bfloat16
+    config.save_pretrained(str(base))
+    found["base"] = base
+    return found
+
+
+class _quiet:
+    """PEFT warns about some of these adapters (lora_bias shapes, PiSSA): not the subject."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._catch = warnings.catch_warnings()
+        self._catch.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc: object) -> None:
+        self._catch.__exit__(*exc)
+
+
+def check(made: dict[str, pathlib.Path], *names: str, engine: str,
+          **options: Any) -> list[str]:
+    limits = lg.ServingLimits.for_engine(engine, base_config=made["base"] / "config.json",
+                                         **options)
+    return lg.check_adapters([made[n] for n in names], limits).codes()
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["check", "--isolated", "--no-progress", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- vLLM ----------------------------------------------------------------------------------
+
+
+def test_vllm_max_lora_rank_defaults_to_16(made: dict[str, pathlib.Path],
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, str(made["r32"]), "--engine", "vllm")
+    assert code == 1 and "rank 32" in out and "max rank 16" in out
+    code, out, _ = run(capsys, str(made["r32"]), "--engine", "vllm", "--",
+                       "--max-lora-rank", "32")
+    assert code == 0, out
+
+
+def test_vllm_max_lora_rank_takes_only_the_ranks_its_parser_takes(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, str(made["plain"]), "--engine", "vllm", "--",
+                       "--max-lora-rank", "24")
+    assert code == 2
+    assert "--max-lora-rank '24': not one of 1, 8, 16, 32, 64, 128, 256, 320, 512" in err
+
+
+def test_vllm_counts_rank_pattern_against_max_lora_rank(made: dict[str, pathlib.Path]) -> None:
+    assert check(made, "rank-pattern-k32", engine="vllm") == ["LG101"]
+    assert check(made, "rank-pattern-k32", engine="vllm", max_lora_rank=32) == []
+    # vLLM keeps q/k/v apart and honours rank_pattern, alpha_pattern and rsLoRA
+    assert check(made, "rank-pattern-k4", "rslora", "alpha-pattern", engine="vllm") == []
+
+
+def test_vllm_casts_an_fp16_adapter_to_the_bf16_model(made: dict[str, pathlib.Path]) -> None:
+    assert lg.inspect_adapter(made["fp16"]).dtypes == ("float16",)
+    assert check(made, "fp16", engine="vllm") == []
+    assert check(made, "fp16", engine="vllm", lora_dtype="bfloat16") == []
+
+
+def test_vllm_serves_the_sequence_classification_head(made: dict[str, pathlib.Path]) -> None:
+    assert check(made, "seq-cls", engine="vllm") == []
+    assert check(made, "lm-head-saved", engine="vllm") == ["LG105"]
+    # the engine-agnostic default does not know which heads a server serves
+    assert lg.check_adapters(made["seq-cls"]).codes() == ["LG105"]
+
+
+def test_vllm_refuses_what_its_peft_helper_refuses(made: dict[str, pathlib.Path]) -> None:
+    for name in ("dora", "lora-bias", "bias-all"):
+        assert check(made, name, engine="vllm") == ["LG105"], name
+    assert check(made, "pissa", engine="vllm") == ["LG116"]
+
+
+def test_vllm_max_loras_is_slots_per_batch_not_a_limit_on_the_set(
+        made: dict[str, pathlib.Path], tmp_path: pathlib.Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(20):
+        shutil.copytree(made["plain"], tmp_path / f"a{i:02d}")
+    code, out, _ = run(capsys, str(tmp_path), "--engine", "vllm")  # max_loras 1 by default
+    assert code == 0, out
+    limits = lg.ServingLimits.for_engine("vllm")
+    assert limits.engine_options["max_loras"] == 1 and limits.engine_options[
+        "max_cpu_loras"] is None and limits.max_loras is None
+
+
+def test_vllm_refuses_max_cpu_loras_below_max_loras(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, str(made["plain"]), "--engine", "vllm", "--",
+                       "--max-loras", "4", "--max-cpu-loras", "2")
+    assert code == 2 and "--max-cpu-loras (2) must be >= --max-loras (4)" in err
+
+
+def test_vllm_packed_target_serves_its_parts_and_the_reverse(
+        made: dict[str, pathlib.Path]) -> None:
+    assert check(made, "plain", engine="vllm", lora_target_modules=["qkv_proj"]) == []
+    assert check(made, "mlp", engine="vllm", lora_target_modules=["gate_up_proj",
+                                                                 "down_proj"]) == []
+    # vLLM wraps the whole qkv_proj when any part is targeted (utils.is_in_target_modules)
+    assert check(made, "plain", engine="vllm", lora_target_modules=["q_proj"]) == []
+    # o_proj outside the filter is not wrapped: its weights would be ignored
+    assert check(made, "o-proj", engine="vllm", lora_target_modules=["qkv_proj"]) == ["LG104"]
+
+
+def test_default_learns_packed_names_and_no_longer_calls_a_cast_dtype_an_error(
+        made: dict[str, pathlib.Path]) -> None:
+    limits = lg.ServingLimits(target_modules=("qkv_proj",), base_config=made["base"])
+    assert lg.check_adapters(made["plain"], limits).ok
+    assert lg.check_adapters(made["fp16"], lg.ServingLimits(base_config=made["base"])).ok
+    # the default is strict where a custom server may not pack: one part does not serve all
+    assert lg.check_adapters(made["plain"], lg.ServingLimits(
+        target_modules=("q_proj",))).codes() == ["LG104", "LG104"]  # k_proj, v_proj
+    # and --dtypes still says what a server that does not cast takes
+    assert lg.check_adapters(made["fp16"], lg.ServingLimits(dtypes=("bf16",))).codes() == [
+        "LG106"]
+
+
+# --- sglang --------------------------------------------------------------------------------
+
+
+def test_sglang_refuses_ranks_that_differ_within_qkv(made: dict[str, pathlib.Path]) -> None:
+    codes = check(made, "rank-pattern-k4", engine="sglang")
+    assert codes[:2] == ["LG111", "LG111"]  # one per layer
+    assert check(made, "rank-pattern-k4", engine="vllm") == []
+    # a rank_pattern keyed on whole layers keeps one rank per packed module; alpha keeps
+    # alpha / r the adapter's, so sglang serves it
+    assert check(made, "rank-pattern-layer", engine="sglang") == []
+
+
+def test_sglang_scales_the_whole_adapter_by_alpha_over_r(
+        made: dict[str, pathlib.Path]) -> None:
+    limits = lg.ServingLimits.for_engine("sglang")
+    report = lg.check_adapters(made["rslora"], limits)
+    assert report.codes() == ["LG112"]
+    assert "rsLoRA" in report.violations[0].message
+    assert "sglang==0.5.23 scales the whole adapter by lora_alpha / r = 1" in \
+        report.violations[0].message
+    assert check(made, "alpha-pattern", engine="sglang") == ["LG112"]
+
+
+def test_sglang_max_lora_rank_defaults_to_the_largest_r_of_the_set(
+        made: dict[str, pathlib.Path]) -> None:
+    # alone, r=8 sizes the pool: rank_pattern's 32 does not fit (sglang checks only r)
+    assert "LG101" in check(made, "rank-pattern-k32", engine="sglang")
+    # next to an r=32 adapter the pool holds rank 32
+    assert "LG101" not in check(made, "rank-pattern-k32", "r32", engine="sglang")
+    assert check(made, "r32", engine="sglang", max_lora_rank=16) == ["LG101"]
+
+
+def test_sglang_refuses_dora_and_still_refuses_what_it_ignores(
+        made: dict[str, pathlib.Path]) -> None:
+    assert check(made, "dora", engine="sglang") == ["LG105"]
+    # sglang loads these without a word and serves them wrongly
+    for name in ("lora-bias", "bias-all", "lm-head-saved"):
+        assert check(made, name, engine="sglang") == ["LG105"], name
+
+
+def test_sglang_max_loaded_loras_and_max_loras_per_batch(
+        made: dict[str, pathlib.Path], tmp_path: pathlib.Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(20):
+        shutil.copytree(made["plain"], tmp_path / f"a{i:02d}")
+    code, out, _ = run(capsys, str(tmp_path), "--engine", "sglang")  # per batch 8: fine
+    assert code == 0, out
+    code, out, _ = run(capsys, str(tmp_path), "--engine", "sglang", "--",
+                       "--max-loaded-loras", "8")
+    assert code == 1
+    assert ("LG110 too-many-adapters: 20 adapters to hold loaded, but sglang==0.5.23 holds at "
+            "most 8 (--max-loaded-loras)") in out
+    code, _, err = run(capsys, str(tmp_path), "--engine", "sglang", "--",
+                       "--max-loaded-loras", "4")
+    assert code == 2 and "--max-loaded-loras (4) must be >= --max-loras-per-batch (8)" in err
+
+
+def test_sglang_target_modules_normalise_to_packed_names(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert check(made, "plain", engine="sglang", lora_target_modules=["qkv_proj"]) == []
+    assert check(made, "mlp", engine="sglang",
+                 lora_target_modules=["gate_proj", "up_proj", "down_proj"]) == []
+    assert check(made, "o-proj", engine="sglang", lora_target_modules=["q_proj"]) == ["LG104"]
+    code, _, err = run(capsys, str(made["plain"]), "--engine", "sglang", "--",
+                       "--lora-target-modules", "c_attn")
+    assert code == 2 and "--lora-target-modules" in err and "'c_attn' is not one of" in err
+
+
+# --- PEFT ----------------------------------------------------------------------------------
+
+
+def test_peft_profile_passes_everything_peft_saves_and_loads_back(
+        made: dict[str, pathlib.Path]) -> None:
+    names = [n for n in made if n not in ("base", "pissa-niter")]
+    assert check(made, *names, engine="peft") == []
+    # a randomised PiSSA init is not redone the same when PEFT loads the adapter
+    assert check(made, "pissa-niter", engine="peft") == ["LG116"]
+
+
+def test_peft_loads_a_pissa_adapter_back_as_trained(made: dict[str, pathlib.Path],
+                                                    tmp_path: pathlib.Path) -> None:
+    """Why the peft profile passes PiSSA: loading redoes the init on the base."""
+    torch.manual_seed(1)
+    base = transformers.LlamaForCausalLM(_config())
+    weights = {k: v.clone() for k, v in base.state_dict().items()}
+    with _quiet():
+        model = peft.get_peft_model(base, peft.LoraConfig(
+            r=8, target_modules=["q_proj", "v_proj"], init_lora_weights="pissa"))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.add_(torch.randn_like(p) * 0.1)
+        tokens = torch.arange(10)[None]
+        trained = model(tokens).logits
+        model.save_pretrained(str(tmp_path / "a"))
+        fresh = transformers.LlamaForCausalLM(_config())
+        fresh.load_state_dict(weights)
+        loaded = peft.PeftModel.from_pretrained(fresh, str(tmp_path / "a"))(tokens).logits
+    assert torch.allclose(trained, loaded)
+    assert lg.check_adapters(tmp_path / "a", lg.ServingLimits.for_engine("peft")).ok
+
+
+# --- the profile in Python -----------------------------------------------------------------
+
+
+def test_for_engine_takes_flags_or_keywords_alike() -> None:
+    by_flags = lg.ServingLimits.for_engine("vllm", "--max-lora-rank", "64", "--max-loras=4",
+                                           "--tensor-parallel-size", "2", "--enforce-eager")
+    by_keywords = lg.ServingLimits.for_engine("vllm==0.34.0", max_lora_rank=64, max_loras=4)
+    assert by_flags == by_keywords
+    assert by_flags.engine_options["max_loras"] == 4 and by_flags.max_rank == 64
+    assert lg.ServingLimits.for_engine("vllm", ["--max-lora-rank", "64"]).max_rank == 64
+
+
+def test_each_flag_default_is_the_engines() -> None:
+    vllm = lg.ServingLimits.for_engine("vllm").engine_options
+    assert (vllm["max_lora_rank"], vllm["max_loras"], vllm["max_cpu_loras"],
+            vllm["lora_dtype"], vllm["lora_target_modules"]) == (16, 1, None, "auto", None)
+    sglang = lg.ServingLimits.for_engine("sglang").engine_options
+    assert (sglang["max_lora_rank"], sglang["max_loras_per_batch"], sglang["max_loaded_loras"],
+            sglang["lora_target_modules"]) == (None, 8, None, None)
+    assert lg.ServingLimits.for_engine("sglang").max_rank is None
+
+
+def test_for_engine_says_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match=r"vllm 0\.2 is not a supported release; supported: "
+                       r"0\.34\.0"):
+        lg.ServingLimits.for_engine("vllm==0.2")
+    with pytest.raises(ValueError, match=r"unknown engine 'tgi'; supported: peft, sglang, vllm"):
+        lg.ServingLimits.for_engine("tgi")
+    with pytest.raises(ValueError, match=r"vllm has no LoRA option 'max_rank'"):
+        lg.ServingLimits.for_engine("vllm", max_rank=64)
+    with pytest.raises(ValueError, match=r"--max-loras 'many': expected an integer"):
+        lg.ServingLimits.for_engine("vllm", "--max-loras", "many")
+
+
+# --- pasted serve commands -----------------------------------------------------------------
+
+
+def test_a_pasted_vllm_serve_command_from_its_docs(
+        made: dict[str, pathlib.Path], tmp_path: pathlib.Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # vLLM's LoRA docs: vllm serve meta-llama/Llama-2-7b-hf --enable-lora \
+    #     --lora-modules sql-lora=$HOME/.cache/huggingface/hub/models--yard1--llama-2-7b-sql-lo...
+    model = tmp_path / "Llama-2-7b-hf"
+    shutil.copytree(made["base"], model)
+    command = ["vllm", "serve", str(model), "--enable-lora",
+               "--lora-modules", f"sql-lora={made['plain']}",
+               json.dumps({"name": "wide", "path": str(made["r32"]),
+                           "base_model_name": str(model)})]
+    code, out, _ = run(capsys, "--", *command)
+    assert code == 1 and "rank 32" in out and "max rank 16" in out
+    code, out, _ = run(capsys, "--format", "json", "--", *command, "--max-lora-rank", "64")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["limits"]["engine"] == "vllm==0.34.0"
+    assert report["limits"]["max_rank"] == 64
+    assert report["limits"]["base_config"] == str(model / "config.json")  # MODEL's config
+    assert [pathlib.Path(a["id"]).name for a in report["adapters"]] == ["plain", "r32"]
+
+
+def test_a_pasted_sglang_launch_server_command_from_its_docs(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    # sglang's LoRA docs: python3 -m sglang.launch_server --model-path
+    #     meta-llama/Meta-Llama-3.1-8B-Instruct --enable-lora --lora-paths
+    #     lora0=algoprog/fact-checking-lora lora1=Nutanix/... --max-loras-per-batch 2
+    command = ["python3", "-m", "sglang.launch_server", "--model-path",
+               "meta-llama/Meta-Llama-3.1-8B-Instruct", "--enable-lora", "--lora-paths",
+               f"lora0={made['plain']}",
+               json.dumps({"lora_name": "lora1", "lora_path": str(made["rank-pattern-k4"]),
+                           "pinned": False}),
+               "--max-loras-per-batch", "2", "--log-level", "warning"]
+    code, out, _ = run(capsys, "--", *command)
+    assert code == 1 and "LG111" in out and "rank-pattern-k4" in out and "plain\n" not in out
+    code, _, err = run(capsys, "--", *command, "--max-loaded-loras", "1")
+    assert code == 2 and "--max-loaded-loras (1) must be >= --max-loras-per-batch (2)" in err
+
+
+def test_engine_flags_need_an_engine_and_generic_options_do_not_mix(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, str(made["plain"]), "--", "--max-lora-rank", "64")
+    assert code == 2 and "give --engine vllm|sglang|peft" in err
+    code, _, err = run(capsys, str(made["plain"]), "--engine", "vllm", "--max-rank", "64")
+    assert code == 2 and "--max-rank with an engine" in err
+    code, _, err = run(capsys, "--engine", "vllm")
+    assert code == 2 and "no adapters to check" in err
+
+
+def test_each_engine_page_lists_its_flags_and_cites_each_rule_source() -> None:
+    from lora_guard._engines import ENGINES
+
+    docs = pathlib.Path(__file__).resolve().parents[1] / "docs" / "engines"
+    for engine, releases in ENGINES.items():
+        page = (docs / f"{engine}.md").read_text()
+        for release in releases:
+            assert f"| {release.version} |" in page, (engine, release.version)
+            for flag in release.flags:
+                assert f"`{flag.name}`" in page, (engine, flag.name)
+            for rule in release.rules:
+                for source in rule.source.split("; "):
+                    assert source.split(":")[0] in page, (engine, source)
+
+
+def test_an_adapter_of_mixed_dtypes_serves_on_an_engine_that_casts(
+        made: dict[str, pathlib.Path], tmp_path: pathlib.Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    path = shutil.copytree(made["plain"], tmp_path / "mixed")
+    tensors = load_file(str(path / "adapter_model.safetensors"))
+    first = sorted(tensors)[0]
+    tensors[first] = tensors[first].to(torch.float16)  # a partial conversion script
+    save_file(tensors, str(path / "adapter_model.safetensors"))
+    assert lg.check_adapters(path).codes() == ["LG106"]  # a custom server may copy as is
+    for engine in ("vllm", "sglang", "peft"):
+        assert lg.check_adapters(path, lg.ServingLimits.for_engine(engine)).ok, engine
