@@ -58,6 +58,7 @@ def test_an_eviction_that_updated_one_map_only() -> None:
     assert "LoRAMemoryPool: slot 2 holds 'code', but 'code' maps to no slot." in messages
 
 
+@pytest.mark.lora_guard(expect=["LG201"], reason="five adapters for four slots, in record mode")
 def test_slots_out_of_range_and_exhaustion() -> None:
     with pytest.raises(lg.RegistryError, match="outside 0..3"):
         lg.check_slot_maps({"a": 4}, {}, slots=4)

@@ -189,6 +189,8 @@ def test_layouts_uniform_predicate() -> None:
     assert not lg.layouts_uniform({"a": packed(shared_outer=True), "b": per_expert_2d()})
 
 
+@pytest.mark.lora_guard(expect=["LG002"], reason="half the threads bring the other MoE layout; "
+                         "each worker catches its refusal")
 def test_eight_threads_admitting_and_releasing_a_thousand_adapters() -> None:
     """Every admission is either kept with the pool's layout or refused with LG002; the pool
     never holds two MoE layouts, and the final bookkeeping adds up exactly."""

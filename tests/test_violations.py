@@ -115,6 +115,7 @@ def test_mode_from_the_environment(value: str, mode: str) -> None:
         assert "LORA_GUARD_MODE must be one of" in out.stderr
 
 
+@pytest.mark.lora_guard(expect=["LG201"], reason="sixteen threads report in record mode")
 def test_recording_collects_from_every_thread() -> None:
     lg.configure(mode="record")
     with lg.recording() as rec:
@@ -146,6 +147,7 @@ def test_off_mode_records_nothing() -> None:
     assert rec.violations == []
 
 
+@pytest.mark.lora_guard(expect=["LG201"], reason="the test catches the error to narrow it")
 def test_is_lora_guard_error_narrows() -> None:
     try:
         lg.check_slot_maps({"a": 3}, [None])
