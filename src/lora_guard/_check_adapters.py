@@ -998,6 +998,7 @@ def check_adapters(
     limits: ServingLimits | None = None,
     *,
     progress: Callable[[int, int], None] | None = None,
+    scan_values: bool = False,
 ) -> Report:
     """Check a set of adapters against what a server serves; never raises for a bad adapter.
 
@@ -1006,6 +1007,11 @@ def check_adapters(
     searched); `AdapterSpec` objects are checked as they are. A path that holds no readable
     adapter is itself reported (LG108). Every check of LG101-LG110 runs on each adapter, then
     LG110 and LG002 across the set. ``progress(done, total)`` is called after each adapter.
+
+    ``scan_values=True`` also reads each local adapter's tensor values once, in bounded
+    chunks: a ``lora_B`` that is all zeros (LG119: the adapter does nothing) and NaN or Inf
+    values (LG120). It costs about one read of the files (see the performance page); remote
+    adapters are checked from their headers only.
 
     A path may also be remote: ``hf://ORG/REPO[@REV][/SUB]`` (or a bare Hub id ``ORG/NAME``
     that is not a local path), ``s3://BUCKET/PREFIX`` or ``https://...``, read from ranged
@@ -1033,6 +1039,9 @@ def check_adapters(
         )
     if progress is not None and not callable(progress):
         raise TypeError("check_adapters(progress=...) takes a callable(done, total) or None")
+    if not isinstance(scan_values, bool):
+        raise TypeError(f"check_adapters(scan_values=...) takes True or False, got "
+                        f"{scan_values!r}")
     discovered: list[tuple[str, AdapterSpec | pathlib.Path | Malformed | Future[Any]]] = []
     seen: set[str] = set()
     items = _as_list(paths_or_specs)
@@ -1062,6 +1071,10 @@ def check_adapters(
             try:
                 spec = target if isinstance(target, AdapterSpec) else load_spec(target)
                 found = _check_spec(subject, spec, limits)
+                if scan_values:
+                    from ._values import scan_violations  # reads values: only when asked
+
+                    found += scan_violations(spec, subject)
             except Malformed as exc:
                 found = [malformed_violation(subject, exc)]
             except (OSError, ValueError, TypeError, KeyError, AttributeError,
