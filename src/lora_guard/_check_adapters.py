@@ -134,8 +134,8 @@ class ServingLimits:
     match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112),
     ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's),
     ``cast`` (every weight is cast to the engine's dtype: mixed dtypes serve, LG106 only for
-    ``dtypes`` given), ``init-rerun`` (PEFT: loading a PiSSA/OLoRA adapter redoes its deterministic init on the
-    base, so it serves as trained)."""
+    ``dtypes`` given), ``init-rerun`` (PEFT: loading a PiSSA/OLoRA adapter redoes its
+    deterministic init on the base, so it serves as trained)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 
