@@ -8,7 +8,7 @@ import stat
 import types
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from ._adapters import (
@@ -54,6 +54,7 @@ _FEATURE_TEXT = {
     "alora": "activated LoRA",
     "layer_replication": "layer replication",
     "qalora": "QALoRA",
+    "bdlora": "block-diagonal LoRA (BD-LoRA)",
 }
 
 
@@ -86,7 +87,7 @@ class ServingLimits:
     base model's Hugging Face ``config.json`` (a path, a folder holding it, or a dict).
     ``allow`` names config features the server does implement (``dora``, ``lora_bias``,
     ``bias``, ``modules_to_save``, ``trainable_tokens``, ``peft_type``, ``alora``,
-    ``layer_replication``, ``qalora``); any other feature in use is LG105.
+    ``layer_replication``, ``qalora``, ``bdlora``); any other feature in use is LG105.
 
     Example:
         >>> import lora_guard as lg
@@ -419,7 +420,11 @@ def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
         ndim = 2 if module.kind != "conv" else max(len(a), len(b))
         rank_a = a[0] if len(a) == ndim else None
         rank_b = b[1] if len(b) == ndim else None
-        agree = len(a) == ndim and len(b) == ndim and a[0] == b[1]
+        agree = len(a) == ndim and len(b) == ndim and (
+            a[0] == b[1]
+            # A grouped convolution's B takes r / groups input channels (PEFT's conv LoRA
+            # on a base conv with groups > 1); groups is the base layer's, not in the header.
+            or (module.kind == "conv" and b[1] > 0 and a[0] % b[1] == 0))
     if not agree:
         found.append(make_violation(
             "LG102", "a-b", subject, module=module.module, rank_a=rank_a, rank_b=rank_b,
@@ -536,6 +541,36 @@ def _served(module: LoRAModuleSpec, served: frozenset[str]) -> bool:
     return module.kind in ("moe-flat", "moe-packed") and "experts" in served
 
 
+def _block_diagonal(spec: AdapterSpec, module: LoRAModuleSpec) -> LoRAModuleSpec:
+    """The dense factors a BD-LoRA module (PEFT's ``use_bdlora``) stands for.
+
+    A block-diagonal factor is saved as its ``nblocks`` blocks side by side: A ``(r, in / n)``
+    for the modules of ``target_modules_bd_a``, B ``(out, r / n)`` for ``target_modules_bd_b``
+    (matched as PEFT matches them: the pattern is a substring of the module name). The checks
+    compare the dense shapes with the config and the base model.
+    """
+    bd = spec.config.get("use_bdlora")
+    if not isinstance(bd, dict):
+        return module
+    n = bd.get("nblocks", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 1:
+        return module
+
+    def listed(key: str) -> bool:
+        patterns = bd.get(key) or []
+        return isinstance(patterns, list) and any(
+            isinstance(p, str) and p in module.module for p in patterns)
+
+    a, b = module.a_shape, module.b_shape
+    if a is not None and len(a) == 2 and listed("target_modules_bd_a"):
+        a = (a[0], a[1] * n)
+    if b is not None and len(b) == 2 and listed("target_modules_bd_b"):
+        b = (b[0], b[1] * n)
+    if (a, b) == (module.a_shape, module.b_shape):
+        return module
+    return replace(module, a_shape=a, b_shape=b)
+
+
 def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                 vocab_size: int | None = None,
                 module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
@@ -563,6 +598,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     empty_set = set(empty)
     ranks: dict[int, str] = {}
     for module in spec.modules.values():
+        module = _block_diagonal(spec, module)
         # LG103: orphan halves
         if module.a_key is None or module.b_key is None:
             embedding = module.kind == "embedding"

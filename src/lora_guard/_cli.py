@@ -134,7 +134,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     served.add_argument("--allow", type=_name_list, metavar="F,F",
                         help="features the server implements: dora, lora_bias, bias, "
                         "modules_to_save, trainable_tokens, peft_type, alora, "
-                        "layer_replication, qalora")
+                        "layer_replication, qalora, bdlora")
     shown = check.add_argument_group("what is reported")
     shown.add_argument("--select", type=_code_list, metavar="CODES",
                        help="report only these codes or prefixes, e.g. LG1,LG002 (default: all)")
