@@ -50,6 +50,7 @@ def refuse_all(wrapped, instance, args, kwargs):
 def integration(module: str, **overrides) -> Integration:
     return Integration(
         name="fake", distribution=module, min_version=overrides.pop("min_version", "1.0"),
+        max_version=overrides.pop("max_version", None),
         patches=overrides.pop("patches", (
             Patch(module, "Server.load", ("self", "path"), refuse_all),
             Patch(module, "swap", ("model", "path"), refuse_all),
@@ -130,16 +131,38 @@ def test_a_release_older_than_known_is_not_patched(fakelib):
     guard.uninstrument()
 
 
-def test_an_optional_target_missing_from_a_release_is_skipped_quietly(fakelib, recwarn):
+def test_an_optional_target_missing_from_a_release_is_a_warning_naming_it(fakelib):
     module = __import__(fakelib("fake_optional"))
     guard = integration(module.__name__, patches=(
         Patch(module.__name__, "swap", ("model", "path"), refuse_all),
         Patch(module.__name__, "Server.unload", ("self",), refuse_all, optional=True),
     ))
-    guard.instrument()
+    with pytest.warns(IntegrationWarning, match=r"fake_optional 1\.2\.0 has no "
+                      r"fake_optional\.Server\.unload \(missing unload\)"):
+        report = guard.instrument()
     assert guard.patched == [f"{module.__name__}:swap"]
-    assert "Server.unload" in next(iter(guard.skipped))
-    assert not [w for w in recwarn if issubclass(w.category, IntegrationWarning)]
+    assert report.attached == (f"{module.__name__}:swap",)
+    assert report.missing == {f"{module.__name__}:Server.unload": "missing unload"}
+    assert report.supported is True and report.pending == ()
+    guard.uninstrument()
+
+
+def test_the_report_lists_hooks_of_a_module_not_imported_yet_as_pending(fakelib):
+    name = fakelib("fake_later")
+    guard = integration(name)
+    report = guard.instrument()
+    assert report.pending == (name,) and report.attached == ()
+    __import__(name)
+    assert guard.report().attached == (f"{name}:Server.load", f"{name}:swap")
+    guard.uninstrument()
+
+
+def test_a_release_newer_than_the_tested_range_is_patched_with_a_warning(fakelib):
+    module = __import__(fakelib("fake_new", version="2.0.0"))
+    guard = integration(module.__name__, min_version="1.0", max_version="1.1")
+    with pytest.warns(IntegrationWarning, match=r"2\.0\.0 is newer than .*>=1\.0,<1\.1"):
+        report = guard.instrument()
+    assert report.supported is False and len(report.attached) == 2
     guard.uninstrument()
 
 
@@ -228,7 +251,8 @@ def test_instrument_by_names_checks_every_name_before_patching_any():
     assert not integrations.get("peft").instrumented
 
 
-def test_the_replicas_are_not_installed():
-    assert not (Path(__file__).parent / "replicas" / "__init__.py").exists()
+def test_no_test_depends_on_a_replica():
+    # the integrations are tested on the real engines (tests/engines/), never on copies
+    assert not (Path(__file__).parent / "replicas").exists()
     for name in ("sglang", "vllm"):
-        assert name not in sys.modules or "replicas" in str(sys.modules[name].__file__)
+        assert name not in sys.modules or "replicas" not in str(sys.modules[name].__file__)

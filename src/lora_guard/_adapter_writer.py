@@ -40,7 +40,7 @@ DEFECTS: Mapping[str, str] = types.MappingProxyType({
     "missing-weights": "LG108",
     "missing-config": "LG108",
     "invalid-config-json": "LG108",
-    "config-not-lora": "LG105",
+    "config-not-lora": "LG117",
     "truncated-header": "LG108",
     "oversized-header": "LG108",
     "invalid-header-json": "LG108",

@@ -35,16 +35,20 @@ from ._safetensors import (
 __all__ = [
     "CONFIG_NAME",
     "FEATURES",
+    "INIT_METHODS",
+    "PEFT_METHODS",
     "WEIGHTS_NAME",
     "AdapterSpec",
     "LoRAModuleSpec",
     "Malformed",
+    "NotLoRA",
     "TensorInfo",
     "inspect_adapter",
     "is_adapter_dir",
     "load_spec",
     "build_spec",
     "checked_config",
+    "init_method",
     "malformed_violation",
     "parse_config",
     "parameter_key",
@@ -85,11 +89,66 @@ class Malformed(Exception):
 
     code = "LG108"  # a subclass reports another code (LG140: a remote read failed)
 
-    def __init__(self, file: str, problem: str, *, kind: str = "malformed") -> None:
+    def __init__(self, file: str, problem: str, *, kind: str = "malformed",
+                 **details: Any) -> None:
         self.file = file
         self.problem = problem
         self.kind = kind  # the LG108 message variant, which picks the fitting fix
+        self.details = details  # more values for the message of a subclass's code
         super().__init__(f"{file}: {problem}")
+
+
+class NotLoRA(Malformed):
+    """An adapter of another PEFT method (LoHa, IA3, ...): LG117, not a LoRA to check."""
+
+    code = "LG117"
+
+    def __init__(self, peft_type: object) -> None:
+        text = str(peft_type)
+        method = PEFT_METHODS.get(text, text)
+        super().__init__(CONFIG_NAME, f"peft_type {text!r} is {method}, not LoRA",
+                         kind="method", method=method, peft_type=text)
+
+
+PEFT_METHODS: Mapping[str, str] = types.MappingProxyType({
+    "ADALORA": "AdaLoRA", "ADAPTION_PROMPT": "adaption prompt", "BOFT": "BOFT",
+    "BONE": "Bone", "C3A": "C3A", "CPT": "CPT", "DELORA": "DeLoRA", "FOURIERFT": "FourierFT",
+    "GRALORA": "GraLoRA", "HRA": "HRA", "IA3": "IA3", "LN_TUNING": "LayerNorm tuning",
+    "LOHA": "LoHa", "LOKR": "LoKr", "MISS": "MiSS",
+    "MULTITASK_PROMPT_TUNING": "multitask prompt tuning", "OFT": "OFT", "OSF": "OSF",
+    "P_TUNING": "P-tuning", "POLY": "Poly", "PREFIX_TUNING": "prefix tuning",
+    "PROMPT_TUNING": "prompt tuning", "RANDLORA": "RandLoRA", "ROAD": "RoAd",
+    "SHIRA": "SHiRA", "TRAINABLE_TOKENS": "trainable tokens", "VBLORA": "VB-LoRA",
+    "VERA": "VeRA", "WAVEFT": "WaveFT", "XLORA": "X-LoRA",
+})
+"""Display names of PEFT's other methods, by ``peft_type``."""
+
+INIT_METHODS: Mapping[str, str] = types.MappingProxyType({
+    "pissa": "PiSSA", "olora": "OLoRA", "corda": "CorDA", "lora_ga": "LoRA-GA",
+    "loftq": "LoftQ",
+})
+"""``init_lora_weights`` values whose initialisation rewrites the base weights (PiSSA also as
+``pissa_niter_<n>``), with their names: such an adapter serves only on the rewritten base."""
+
+
+def init_method(config: Mapping[str, Any]) -> str | None:
+    """The name of the base-rewriting initialisation an adapter was saved with, or None
+    (converted adapters say ``init_lora_weights: true``).
+
+    Example:
+        >>> from lora_guard._adapters import init_method
+        >>> init_method({"init_lora_weights": "pissa_niter_4"})
+        'PiSSA'
+        >>> init_method({"init_lora_weights": True}) is None
+        True
+    """
+    value = config.get("init_lora_weights")
+    if not isinstance(value, str):
+        return None
+    text = value.lower()
+    if text.startswith("pissa"):
+        return INIT_METHODS["pissa"]
+    return INIT_METHODS.get(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +259,10 @@ class AdapterSpec:
     """For a remote adapter (``hf://``, ``s3://``, ``https://``): its URL, else None."""
     transferred: int | None = None
     """For a remote adapter: the bytes read over the network (config and header), else None."""
+    weights_file: str | None = WEIGHTS_NAME
+    """The weights file the tensors were read from; None for the spec of a config alone (a
+    folder without ``adapter_model.safetensors``, read for a loader that opens other weight
+    files itself)."""
 
     @property
     def name(self) -> str:
@@ -406,7 +469,11 @@ def _read_config(
 
 def checked_config(config: dict[str, Any],
                    defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A parsed config with the loader's defaults filled in, checked for LoRA's fields."""
+    """A parsed config with the loader's defaults filled in, checked for LoRA's fields
+    (`NotLoRA` for another PEFT method)."""
+    peft_type = config.get("peft_type", "LORA")
+    if peft_type != "LORA":
+        raise NotLoRA(peft_type)
     if defaults:
         config = {**defaults, **config}
     _validate_config(config)
@@ -851,6 +918,8 @@ def load_spec(
                         "adapter_config.json and adapter_model.safetensors)", kind="not-found")
     config, config_size = _read_config(folder, config_defaults)
     tensors, metadata, weights_size = _read_weights(folder, require_weights)
+    if not require_weights and not tensors and not os.path.lexists(folder / WEIGHTS_NAME):
+        return build_spec(folder, config, tensors, metadata, config_size, weights_file=None)
     return build_spec(folder, config, tensors, metadata, config_size + weights_size)
 
 
@@ -915,7 +984,8 @@ def _remote_url(path: str) -> bool:
 
 def malformed_violation(subject: str, exc: Malformed) -> Violation:
     """The LG108 violation for an unreadable adapter (LG140 for a failed remote read)."""
-    return make_violation(exc.code, exc.kind, subject, file=exc.file, problem=exc.problem)
+    return make_violation(exc.code, exc.kind, subject, file=exc.file, problem=exc.problem,
+                          **exc.details)
 
 
 def inspect_adapter(path: str | os.PathLike[str]) -> AdapterSpec:

@@ -27,6 +27,13 @@ def _int(config: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
+_TOWER_CONFIGS = {
+    "vision": ("vision_config", "visual", "vision_tower_config", "image_config"),
+    "audio": ("audio_config", "speech_config", "audio_encoder_config"),
+}
+"""The config keys that say a model has a non-text tower."""
+
+
 @dataclass(frozen=True)
 class BaseModelDims:
     """The module dims of a base model, from its ``config.json``.
@@ -52,15 +59,26 @@ class BaseModelDims:
     shared_expert_intermediate_size: int | None = None
     intermediate_source: str = "intermediate_size"
     source: str = "config.json"
+    model_type: str | None = None
+    """The language model's ``model_type`` (``llama``, ``gpt2``), None when not given."""
+    towers: frozenset[str] = frozenset()
+    """Non-text towers the model has (``vision``, ``audio``), from its ``*_config`` keys."""
+    multimodal: bool = False
+    """True when the config wraps a language model (``text_config``) or has any tower."""
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], source: str = "config.json") -> BaseModelDims:
         """Dims from a config dict; raises ValueError when it has no hidden size."""
         if not isinstance(config, Mapping):
             raise ValueError(f"base config {source} is not a JSON object")
+        towers = frozenset(
+            tower for tower, keys in _TOWER_CONFIGS.items()
+            if any(isinstance(config.get(k), Mapping) for k in keys))
         text = config.get("text_config")
+        multimodal = bool(towers) or isinstance(text, Mapping)
         if isinstance(text, Mapping):  # multimodal wrappers keep the language model inside
             config = {**config, **text}
+        model_type = config.get("model_type")
         hidden = _int(config, "hidden_size", "n_embd", "d_model", "dim")
         if hidden is None:
             raise ValueError(
@@ -98,6 +116,9 @@ class BaseModelDims:
             shared_expert_intermediate_size=shared,
             intermediate_source=inner_source,
             source=source,
+            model_type=model_type if isinstance(model_type, str) and model_type else None,
+            towers=towers,
+            multimodal=multimodal,
         )
 
     def _mlp(self, module: str, moe: bool) -> int | None:

@@ -7,6 +7,7 @@ explain`. Nothing else in the package spells a message or a hint.
 
 from __future__ import annotations
 
+import string
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -84,7 +85,7 @@ class Invariant:
             parts.append(f"**Common situations**\n\n{bullets(self.situations)}")
         parts.append(
             "**How to fix it**\n\n"
-            + "\n".join(f"{i}. {fix}" for i, fix in enumerate(self.fixes, 1))
+            + "\n".join(f"{i}. {fix_as_documented(fix)}" for i, fix in enumerate(self.fixes, 1))
         )
         if self.example:
             parts.append(f"**Example**\n\n```python\n{self.example.rstrip()}\n```")
@@ -95,6 +96,18 @@ class Invariant:
         if self.raised_by:
             parts.append("**Reported by**: " + ", ".join(f"`{r}`" for r in self.raised_by))
         return "\n\n".join(parts) + "\n"
+
+
+def fix_as_documented(fix: str) -> str:
+    """A fix template as the docs show it: ``{allow_name}`` as ``<allow_name>``."""
+    if "{" not in fix:
+        return fix
+    try:
+        parts = list(string.Formatter().parse(fix))
+    except ValueError:
+        return fix
+    return "".join(text + (f"<{name}>" if name is not None else "")
+                   for text, name, _, _ in parts)
 
 
 def _entry(**kwargs: object) -> Invariant:
@@ -293,7 +306,11 @@ _ENTRIES = (
             "Pass tensors whose shapes match the declared dims; the message names the argument, "
             "the dim and the size it expected.",
             "If the declaration is wrong, fix the spec in the @lora_guard.shapes decorator.",
+            "Pass tensors of a dtype the guard allows (cast with .to(dtype) before the call), "
+            "or widen the guard's dtypes=...; with same_dtype=True every guarded argument must "
+            "share one dtype.",
         ),
+        variant_fixes={"dtype": 2, "same-dtype": 2},
         example=(
             "@lg.shapes(a='slots rank hidden', b='slots hidden rank')\n"
             "def set_lora(self, a, b): ...\n"
@@ -354,7 +371,11 @@ _ENTRIES = (
             "Start the server with a max rank at least the adapter's (vLLM --max-lora-rank, "
             "sglang --max-lora-rank), or retrain/compress the adapter to a served rank.",
             "Reduce the adapter's rank with an SVD truncation before serving it.",
+            "Retrain (or SVD-truncate) the adapter to one of the ranks the server serves, or add "
+            "its rank to them (lora-guard check --allowed-ranks, ServingLimits(allowed_ranks=...)"
+            "); a rank under the max rank is not enough when only some ranks are served.",
         ),
+        variant_fixes={"allowed": 2},
         example=(
             "# before: max_rank 16, adapter r=64\n"
             "lora-guard check ./adapters --max-rank 16      # LG101\n"
@@ -497,8 +518,9 @@ _ENTRIES = (
             "`modules_to_save=['lm_head']` from a classification fine-tune.",
         ),
         fixes=(
-            "Retrain without the feature, or serve the adapter on an engine that implements it "
-            "(then allow it: lora-guard check --allow dora,... or ServingLimits(allow={...})).",
+            "Retrain without {feature}, or serve the adapter on an engine that implements "
+            "{feature} and allow it there (lora-guard check --allow {allow_name}, or "
+            "ServingLimits(allow={{{allow_name!r}}})).",
             "Merge the feature into the base model and serve the merged model.",
         ),
         example=(
@@ -510,6 +532,10 @@ _ENTRIES = (
         error="AdapterError",
         messages={
             "feature": "{subject}: uses {feature} ({value}), which the server does not serve.",
+            "saved": (
+                "{subject}: uses {feature} ({value}): {saved} ({nbytes} bytes, {share}% of the "
+                "weights file), which the server does not serve."
+            ),
             "hotswap-config": (
                 "{subject}: the new adapter's {key} is {new!r} but the loaded adapter's is "
                 "{old!r}; a hot-swap keeps the loaded adapter's {key}, so the swapped model "
@@ -625,8 +651,11 @@ _ENTRIES = (
         triggers=(
             "A weight whose in/out dims differ from the base config's (hidden, intermediate, "
             "head dims, kv heads, vocab).",
-            "A layer index at or above `num_hidden_layers`; an expert index at or above the "
-            "expert count.",
+            "A layer index at or above `num_hidden_layers` (or the live model's layer count); "
+            "an expert index at or above the expert count.",
+            "Vision- or audio-tower weights on a text-only base model.",
+            "Module names of another architecture (GPT-2's `transformer.h.0.attn.c_attn` on a "
+            "Llama base), even where the sizes happen to match.",
         ),
         situations=(
             "A 7B adapter loaded onto a 1B model with the same architecture names.",
@@ -636,6 +665,12 @@ _ENTRIES = (
             "Serve the adapter on the base model it was trained on (see "
             "base_model_name_or_path in its config).",
             "Retrain the adapter on this base model.",
+            "Serve a multimodal adapter on the multimodal base model it was trained on (whose "
+            "config has the tower's vision_config/audio_config), or retrain it on the language "
+            "model's modules only.",
+            "Serve the adapter on a base model of the architecture it was trained on (its module "
+            "names come from base_model_name_or_path's architecture); renaming the keys does "
+            "not help, the weights belong to another network.",
         ),
         example=(
             "lora-guard check ./adapter --base-config ./base/config.json   # LG109\n"
@@ -654,7 +689,17 @@ _ENTRIES = (
                 "experts."
             ),
             "vocab": "{subject}: {key} has vocab dim {got}, the base model's vocab is {expected}.",
+            "tower": (
+                "{subject}: {key} adapts a {tower} tower, but the base model ({source}) has "
+                "none (no {tower}_config); nothing would apply it."
+            ),
+            "architecture": (
+                "{subject}: module {key} is not a module of the base model's architecture "
+                "({model_type}, whose modules are named like {example}); the adapter was made "
+                "for another architecture and would not be applied."
+            ),
         },
+        variant_fixes={"tower": 2, "architecture": 3},
         raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
                    "integrations.sglang", "integrations.peft"),
     ),
@@ -677,6 +722,283 @@ _ENTRIES = (
         error="AdapterError",
         messages={
             "count": "{subject}: {count} adapters, but the server has {max_loras} slots.",
+        },
+        raised_by=("lg.check_adapters", "lora-guard check"),
+    ),
+    _entry(
+        code="LG115",
+        slug="no-weights",
+        title="An adapter that holds no tensors",
+        summary=(
+            "An adapter folder whose weights file holds no tensor at all loads without error "
+            "on every engine and then serves the base model: the fine-tune is simply not there. "
+            "It is what a ZeRO-3 save without gathering, an interrupted upload or a save from "
+            "the wrong process leaves behind."
+        ),
+        triggers=("An `adapter_model.safetensors` whose header lists no tensor.",),
+        situations=(
+            "DeepSpeed ZeRO-3 saving the adapter without gathering the partitioned weights.",
+            "`save_pretrained` called on a rank that holds no parameters; an upload cut short.",
+        ),
+        fixes=(
+            "Save the adapter again from the training run with the weights gathered (ZeRO-3: "
+            "stage3_gather_16bit_weights_on_model_save, or save from rank 0 after "
+            "accelerator.get_state_dict(model)), then check that adapter_model.safetensors "
+            "lists lora_A/lora_B tensors.",
+        ),
+        example=(
+            "lora-guard check ./adapter\n"
+            "# adapter './adapter': adapter_model.safetensors holds no tensors; the adapter "
+            "would serve the base model unchanged.   [LG115]\n"
+        ),
+        error="AdapterError",
+        messages={
+            "empty": (
+                "{subject}: {file} holds no tensors; the adapter would serve the base model "
+                "unchanged."
+            ),
+        },
+        raised_by=("lg.check_adapters", "lora-guard check", "integrations.peft"),
+    ),
+    _entry(
+        code="LG116",
+        slug="unconverted-init",
+        title="A PiSSA, OLoRA, CorDA, LoRA-GA or LoftQ adapter that was never converted",
+        summary=(
+            "PiSSA, OLoRA, CorDA and LoRA-GA initialise the adapter from the base weights and "
+            "subtract that start from them; LoftQ replaces them with a quantised residual. The "
+            "adapter is only right on top of that rewritten base: on the original base model it "
+            "serves garbage, without any error. PEFT converts such an adapter into a plain LoRA "
+            "(of twice the rank) that serves on the original base when it is saved with "
+            "`path_initial_model_for_weight_conversion`; a converted adapter says "
+            "`init_lora_weights: true`."
+        ),
+        triggers=(
+            "`init_lora_weights` in `adapter_config.json` is `pissa`, `pissa_niter_<n>`, "
+            "`olora`, `corda`, `lora_ga` or `loftq`.",
+        ),
+        situations=(
+            "`model.save_pretrained(out)` at the end of a PiSSA or OLoRA fine-tune, without "
+            "`path_initial_model_for_weight_conversion`.",
+            "A LoftQ adapter served on the unquantised base model.",
+        ),
+        fixes=(
+            "Convert it: save the initial adapter right after get_peft_model "
+            "(peft_model.peft_config['default'].init_lora_weights = True; "
+            "peft_model.save_pretrained('init')), then save the trained one with "
+            "save_pretrained(out, path_initial_model_for_weight_conversion='init'); serve the "
+            "converted adapter (twice the rank) on the original base.",
+            "If you serve it on the rewritten base model it was trained with (the residual "
+            "model PiSSA/OLoRA/CorDA saved, or LoftQ's quantised base), it is right: ignore the "
+            "code for that server (lora-guard check --ignore LG116).",
+        ),
+        example=(
+            "# before: a PiSSA fine-tune saved as is\n"
+            "peft_model.save_pretrained('out')                    # LG116\n"
+            "# after: converted to a plain LoRA that serves on the original base\n"
+            "peft_model.save_pretrained('out', path_initial_model_for_weight_conversion='init')\n"
+        ),
+        error="AdapterError",
+        messages={
+            "init": (
+                "{subject}: initialised with {method} (init_lora_weights={value!r}) and never "
+                "converted; {method} rewrote the base weights, so on the original base model "
+                "it serves garbage."
+            ),
+        },
+        raised_by=("lg.check_adapters", "lora-guard check"),
+    ),
+    _entry(
+        code="LG117",
+        slug="not-lora",
+        title="A PEFT method other than LoRA",
+        summary=(
+            "LoHa, LoKr, IA3, VeRA, AdaLoRA, OFT, BOFT, prompt tuning and the other PEFT methods "
+            "save weights that are not LoRA's A and B matrices (Hadamard or Kronecker factors, "
+            "scaling vectors, rotations, prompts). A LoRA server cannot serve them: it refuses "
+            "them or, where it reads the keys it knows, serves something else."
+        ),
+        triggers=("`peft_type` in `adapter_config.json` is anything but `LORA`.",),
+        situations=(
+            "An IA3 or LoHa fine-tune uploaded to a vLLM or sglang LoRA endpoint.",
+            "An AdaLoRA adapter (it has lora_A/lora_B, but also lora_E and a budget of ranks).",
+        ),
+        fixes=(
+            "Serve it with PEFT (PeftModel.from_pretrained), or merge it into the base model "
+            "(merge_and_unload) and serve the merged model; or retrain with LoraConfig.",
+        ),
+        example=(
+            "# before: IA3Config(...)                 # LG117: serves LoRA only\n"
+            "# after\n"
+            "LoraConfig(r=16, target_modules=['q_proj', 'v_proj'])\n"
+        ),
+        error="AdapterError",
+        messages={
+            "method": (
+                "{subject}: {file}: peft_type {peft_type!r} is {method}, another PEFT method "
+                "than LoRA; the server serves LoRA only."
+            ),
+        },
+        raised_by=("lg.check_adapters", "lora-guard check", "lg.inspect_adapter",
+                   "integrations.vllm", "integrations.sglang"),
+    ),
+    _entry(
+        code="LG118",
+        slug="base-weights-in-adapter",
+        title="Full base-model weights shipped inside an adapter",
+        summary=(
+            "PEFT saves whole base-model weights into an adapter when an embedding is targeted "
+            "(`save_embedding_layers`, e.g. `embed_tokens.base_layer.weight`) or a module is in "
+            "`modules_to_save` (e.g. `lm_head.weight`). A LoRA server applies only the A and B "
+            "halves and keeps the base model's own copy of those weights, so the adapter serves "
+            "another function whenever they were resized (added tokens) or trained; and every "
+            "copy of the adapter carries the cost."
+        ),
+        triggers=(
+            "`<embedding>.base_layer.weight` in the weights (an embedding targeted with "
+            "`save_embedding_layers` on or `auto`), checked without a base config to compare "
+            "its vocabulary with (with one, a vocabulary that differs is LG109).",
+            "`modules_to_save` weights are LG105, whose message gives their size too.",
+        ),
+        situations=(
+            "`target_modules` including `embed_tokens` or `lm_head`, saved with the default "
+            "`save_embedding_layers='auto'`.",
+            "A tokenizer resized for new tokens before training.",
+        ),
+        fixes=(
+            "Check it against the base model (lora-guard check --base-config config.json): "
+            "with the base model's vocabulary it serves, with another it is LG109. If the "
+            "vocabulary was not resized, save with save_pretrained(path, "
+            "save_embedding_layers=False): the adapter loses those bytes and serves the same; "
+            "if it was resized, serve the resized base model (or merge the adapter into it).",
+        ),
+        example=(
+            "# before: embed_tokens targeted, its full weight saved too\n"
+            "peft_model.save_pretrained('out')                              # LG118\n"
+            "# after (vocabulary unchanged)\n"
+            "peft_model.save_pretrained('out', save_embedding_layers=False)\n"
+        ),
+        error="AdapterError",
+        messages={
+            "embedding": (
+                "{subject}: ships the full base weight {key} ({shape}, {nbytes} bytes, "
+                "{share}% of the weights file); a LoRA server keeps the base model's own "
+                "{module} and drops it, which is right only if the vocabulary was not resized "
+                "(no base config to compare with)."
+            ),
+        },
+        raised_by=("lg.check_adapters", "lora-guard check"),
+    ),
+    _entry(
+        code="LG119",
+        slug="noop-adapter",
+        title="lora_B all zeros: the adapter does nothing",
+        summary=(
+            "PEFT initialises every lora_B to zeros, so B @ A is zero until training moves B. "
+            "An adapter saved before training, or whose trained B was lost (a save from the "
+            "wrong process, a failed merge, a bug in a conversion script), loads and serves "
+            "without any error and computes exactly the base model. No engine can tell: it "
+            "takes the values, not the header. Found by the opt-in value scan "
+            "(`lora-guard check --scan-values`)."
+        ),
+        triggers=(
+            "Every value of a module's `lora_B` (or `lora_embedding_B`) is zero, in the value "
+            "scan.",
+        ),
+        situations=(
+            "`save_pretrained` called right after `get_peft_model`, before `trainer.train()`.",
+            "Training with a learning rate of 0, or with the LoRA parameters frozen.",
+            "A checkpoint of the wrong step or process uploaded.",
+        ),
+        fixes=(
+            "Check the training run: save the adapter after training from the process that "
+            "trained it (trainer.save_model() or model.save_pretrained() after train()), with "
+            "the LoRA parameters trainable (model.print_trainable_parameters()) and a learning "
+            "rate above 0.",
+        ),
+        example=(
+            "lora-guard check --scan-values ./adapter\n"
+            "# adapter './adapter': lora_B is all zeros in every one of its 4 modules "
+            "(model.layers.0.self_attn.q_proj and 3 more): the adapter computes the base "
+            "model unchanged.   [LG119]\n"
+        ),
+        error="AdapterError",
+        messages={
+            "all": (
+                "{subject}: lora_B is all zeros in every one of its {count} modules "
+                "({modules}): the adapter computes the base model unchanged."
+            ),
+            "some": (
+                "{subject}: lora_B is all zeros in {count} of its {total} modules "
+                "({modules}): those modules compute nothing."
+            ),
+        },
+        raised_by=("lg.check_adapters(scan_values=True)", "lora-guard check --scan-values"),
+    ),
+    _entry(
+        code="LG120",
+        slug="non-finite-weights",
+        title="NaN or Inf values in an adapter's weights",
+        summary=(
+            "A training run that diverged (fp16 overflow, a learning rate too high) can save "
+            "LoRA weights holding NaN or Inf. They load without a word and turn every output "
+            "that passes through the module into NaN. Found by the opt-in value scan "
+            "(`lora-guard check --scan-values`)."
+        ),
+        triggers=("A NaN or an infinite value in any floating-point tensor, in the value scan.",),
+        situations=(
+            "fp16 training without loss scaling; a loss spike before the checkpoint was saved.",
+        ),
+        fixes=(
+            "Save the adapter from an earlier, finite checkpoint, or retrain with bf16 or fp32, "
+            "loss scaling and a lower learning rate; check torch.isfinite on the weights "
+            "before uploading.",
+        ),
+        example=(
+            "lora-guard check --scan-values ./adapter\n"
+            "# adapter './adapter': tensor ...q_proj.lora_A.weight holds 3 NaN and 0 Inf values "
+            "(of 512).   [LG120]\n"
+        ),
+        error="AdapterError",
+        messages={
+            "values": (
+                "{subject}: tensor {key} holds {nan} NaN and {inf} Inf values (of "
+                "{numel}); every output through it becomes NaN."
+            ),
+        },
+        raised_by=("lg.check_adapters(scan_values=True)", "lora-guard check --scan-values"),
+    ),
+    _entry(
+        code="LG121",
+        slug="zero-scaling",
+        title="A scaling of zero: lora_alpha 0",
+        summary=(
+            "A LoRA module adds (alpha / r) * B @ A to the base output. With `lora_alpha` 0 "
+            "(or an `alpha_pattern` value 0) that scaling is 0, so the module adds nothing "
+            "whatever its weights hold, and the adapter loads and serves the base model. Read "
+            "from the config: reported by every check, not only the value scan."
+        ),
+        triggers=("`lora_alpha: 0`, or an `alpha_pattern` value 0, in `adapter_config.json`.",),
+        situations=(
+            "A config written by a script that lost lora_alpha (0 as a placeholder).",
+            "An alpha_pattern meant to switch modules off, left in a released adapter.",
+        ),
+        fixes=(
+            "Set lora_alpha in adapter_config.json to the value the adapter was trained with "
+            "(often r or 2*r; see the training config), or retrain with a non-zero lora_alpha.",
+        ),
+        example=(
+            "# before\n"
+            '{"r": 16, "lora_alpha": 0, ...}      # LG121\n'
+            "# after\n"
+            '{"r": 16, "lora_alpha": 32, ...}\n'
+        ),
+        error="AdapterError",
+        messages={
+            "config": (
+                "{subject}: {where} is {value}, so the scaling alpha/r of {modules} is 0: the "
+                "adapter adds nothing there."
+            ),
         },
         raised_by=("lg.check_adapters", "lora-guard check"),
     ),

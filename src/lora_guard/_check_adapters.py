@@ -16,12 +16,14 @@ from ._adapters import (
     AdapterSpec,
     LoRAModuleSpec,
     Malformed,
+    init_method,
     is_adapter_dir,
     load_spec,
     malformed_violation,
     parameter_key,
     pattern_value,
 )
+from ._architectures import ARCHITECTURE_NAMES
 from ._basemodel import BaseModelDims, load_base_config
 from ._checks import MoELayout, check_moe_layouts
 from ._config import report as _report
@@ -385,6 +387,36 @@ def _discover(item: PathOrSpec) -> list[tuple[str, AdapterSpec | pathlib.Path | 
 # --- checks on one adapter -----------------------------------------------------------------
 
 
+def _share(part: int, whole: int) -> str:
+    """``part`` as a percentage of ``whole``, for messages (``"93"``, ``"<1"``)."""
+    if whole <= 0:
+        return "0"
+    share = 100 * part / whole
+    return "<1" if 0 < share < 1 else f"{share:.0f}"
+
+
+def _zero_scaling(subject: str, spec: AdapterSpec) -> list[Violation]:
+    """LG121: ``lora_alpha`` 0 (or an ``alpha_pattern`` value 0) scales B @ A by 0."""
+    found: list[Violation] = []
+    alpha = spec.config.get("lora_alpha")
+    pattern = spec.config.get("alpha_pattern") or {}
+    if alpha == 0:
+        overridden = {m for m in spec.modules
+                      if pattern_value(pattern, m) not in (None, 0)}
+        zero = [m for m in spec.modules if m not in overridden]
+        if zero or not spec.modules:
+            found.append(make_violation(
+                "LG121", "config", subject, where="lora_alpha", value=alpha,
+                modules=_more(zero[0], len(zero)) if zero else "every module"))
+    for key, value in pattern.items():
+        if value == 0:
+            hit = [m for m in spec.modules if pattern_value(pattern, m) == 0]
+            found.append(make_violation(
+                "LG121", "config", subject, where=f"alpha_pattern[{key!r}]", value=value,
+                modules=_more(hit[0], len(hit)) if hit else "no module of this adapter"))
+    return found
+
+
 def _more(first: str, count: int) -> str:
     return first if count <= 1 else f"{first} (and {count - 1} more)"
 
@@ -406,6 +438,18 @@ def _config_rank(spec: AdapterSpec, module: LoRAModuleSpec) -> int:
     return int(value) if value is not None else int(spec.config["r"])
 
 
+def _conv_groups(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """The ``groups`` of a grouped convolution's LoRA, or 0 when the halves do not show one.
+
+    PEFT gives a conv LoRA's B the base layer's groups, so B is ``(out, r / groups, ...)``
+    while A is ``(r, in, ...)``: the groups must divide the rank, the in and the out channels.
+    """
+    if len(a) < 2 or len(b) < 2 or b[1] <= 0 or a[0] % b[1]:
+        return 0
+    groups = a[0] // b[1]
+    return groups if a[1] % groups == 0 and b[0] % groups == 0 else 0
+
+
 def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
                  found: list[Violation], grouped: _Grouped) -> None:
     a, b = module.a_shape, module.b_shape
@@ -421,10 +465,7 @@ def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
         rank_a = a[0] if len(a) == ndim else None
         rank_b = b[1] if len(b) == ndim else None
         agree = len(a) == ndim and len(b) == ndim and (
-            a[0] == b[1]
-            # A grouped convolution's B takes r / groups input channels (PEFT's conv LoRA
-            # on a base conv with groups > 1); groups is the base layer's, not in the header.
-            or (module.kind == "conv" and b[1] > 0 and a[0] % b[1] == 0))
+            a[0] == b[1] or (module.kind == "conv" and _conv_groups(a, b) > 1))
     if not agree:
         found.append(make_violation(
             "LG102", "a-b", subject, module=module.module, rank_a=rank_a, rank_b=rank_b,
@@ -441,13 +482,62 @@ def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
 
 # Towers of a multimodal model have their own dims (vision_config, audio_config) that the
 # language model's config does not give: their modules are not compared with it.
-_OTHER_TOWERS = ("vision", "visual", "image", "audio", "multi_modal", "mm_projector")
+_OTHER_TOWERS = {
+    "vision": ("vision", "visual", "image", "multi_modal", "mm_projector"),
+    "audio": ("audio",),
+}
+
+
+def _tower(module: str) -> str | None:
+    """``vision`` or ``audio`` for a module of a non-text tower, else None."""
+    for tower, marks in _OTHER_TOWERS.items():
+        if any(mark in module for mark in marks):
+            return tower
+    return None
+
+
+_TYPICAL_TARGETS = (
+    "q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj", "down_proj",
+    "gate_up_proj", "c_attn", "c_proj", "c_fc", "query_key_value", "dense", "Wqkv", "out_proj",
+    "fc1", "fc2", "w1", "w2", "w3", "wqkv", "wo", "query", "key", "value",
+)
+_HEADS = frozenset(("score", "classifier", "qa_outputs", "lm_head", "embed_tokens"))
+_FUSED = {"gate_up_proj": ("gate_proj", "up_proj"), "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+          "w13": ("w1", "w3")}
+
+
+def _foreign(module: LoRAModuleSpec, base: BaseModelDims) -> bool:
+    """A module whose name the base model's architecture does not have (GPT-2's ``c_attn`` on
+    a Llama base), when the architecture is known. Per-expert paths are not compared: their
+    names changed between transformers releases (``block_sparse_moe.experts.0.w1``)."""
+    names = ARCHITECTURE_NAMES.get(base.model_type or "")
+    if names is None or ".experts." in module.module + ".":
+        return False
+    path = module.module
+    while path.endswith(".base_layer"):
+        path = path[: -len(".base_layer")]
+    leaf = path.rsplit(".", 1)[-1]
+    if leaf in names or leaf in _HEADS:
+        return False
+    return not (leaf in _FUSED and all(part in names for part in _FUSED[leaf]))
 
 
 def _check_base(subject: str, module: LoRAModuleSpec, base: BaseModelDims,
                 grouped: _Grouped) -> None:
     key = module.a_key or module.b_key or module.module
-    if any(tower in module.module for tower in _OTHER_TOWERS):
+    tower = _tower(module.module)
+    if tower is not None:
+        if base.multimodal and (tower in base.towers or not base.towers):
+            return  # its dims are in the tower's own config
+        grouped.add(("LG109", "tower", tower), key, {
+            "tower": tower, "source": base.source})
+        return
+    if _foreign(module, base):
+        names = ARCHITECTURE_NAMES[base.model_type or ""]
+        grouped.add(("LG109", "architecture", base.model_type), module.module, {
+            "model_type": base.model_type,
+            "example": ", ".join([n for n in _TYPICAL_TARGETS if n in names][:4]
+                                 or sorted(names)[:4])})
         return
     if module.layer is not None and base.num_layers is not None and (
             module.layer >= base.num_layers):
@@ -577,12 +667,44 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                 ) -> list[Violation]:
     found: list[Violation] = []
     grouped = _Grouped()
+    total_bytes = sum(t.nbytes for t in spec.tensors.values())
+    # LG115: no tensors at all (the adapter would serve the base model)
+    if not spec.tensors and spec.weights_file is not None:
+        found.append(make_violation("LG115", "empty", subject, file=spec.weights_file))
+    # LG116: an initialisation that rewrote the base weights, never converted
+    method = init_method(spec.config)
+    if method is not None:
+        found.append(make_violation("LG116", "init", subject, method=method,
+                                    value=spec.config.get("init_lora_weights")))
     # LG105: features the server does not serve
     for name, value in spec.features.items():
         if name not in limits.allow:
+            details = {"feature": _FEATURE_TEXT.get(name, name),
+                       "value": f"{FEATURES.get(name, name)}={value!r}", "allow_name": name}
+            saved = [k for k, what in spec.extra_keys.items() if what == name]
+            if name == "modules_to_save" and saved:
+                nbytes = sum(spec.tensors[k].nbytes for k in saved)
+                found.append(make_violation(
+                    "LG105", "saved", subject, **details, nbytes=f"{nbytes:,}", bytes=nbytes,
+                    share=_share(nbytes, total_bytes), saved=_more(
+                        f"{saved[0].removeprefix('base_model.model.')} "
+                        f"{spec.tensors[saved[0]].shape}", len(saved))))
+            else:
+                found.append(make_violation("LG105", "feature", subject, **details))
+    # LG118: full base-model weights shipped inside the adapter, which a server drops for
+    # its own copy: right when the vocab is the base model's (compared with it when known,
+    # LG109 otherwise), unknown without it
+    vocab = limits.base.vocab_size if limits.base is not None else vocab_size
+    for key, what in spec.extra_keys.items():
+        if what == "embedding-base" and vocab is None and module_dims is None:
+            info = spec.tensors[key]
+            leaf = key.removesuffix(".weight").removesuffix(".base_layer").rsplit(".", 1)[-1]
             found.append(make_violation(
-                "LG105", "feature", subject, feature=_FEATURE_TEXT.get(name, name),
-                value=f"{FEATURES.get(name, name)}={value!r}", allow_name=name))
+                "LG118", "embedding", subject, key=key, shape=info.shape,
+                nbytes=f"{info.nbytes:,}", bytes=info.nbytes,
+                share=_share(info.nbytes, total_bytes), module=leaf))
+    # LG121: a scaling of zero (lora_alpha 0): the adapter computes nothing
+    found.extend(_zero_scaling(subject, spec))
     # LG104: keys outside the grammar
     for key in spec.unknown_keys[:_MAX_PER_KIND]:
         found.append(make_violation("LG104", "grammar", subject, key=key))
@@ -660,12 +782,14 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     _, mixed = check_moe_layouts(subject, spec.tensors)
     found.extend(mixed)
     order = {c: i for i, c in enumerate(
-        ("LG105", "LG104", "LG103", "LG107", "LG102", "LG101", "LG106", "LG109", "LG002"))}
+        ("LG115", "LG116", "LG105", "LG118", "LG104", "LG103", "LG107", "LG102", "LG101",
+         "LG106", "LG109", "LG121", "LG002"))}
     found.sort(key=lambda v: order.get(v.code, 99))
     return found
 
 
-_CODES = ("LG002", "LG101", "LG102", "LG103", "LG104", "LG105", "LG106", "LG107", "LG109")
+_CODES = ("LG002", "LG101", "LG102", "LG103", "LG104", "LG105", "LG106", "LG107", "LG109",
+          "LG115", "LG116", "LG118", "LG121")
 
 
 def spec_violations(
@@ -744,6 +868,7 @@ def check_adapters(
     limits: ServingLimits | None = None,
     *,
     progress: Callable[[int, int], None] | None = None,
+    scan_values: bool = False,
 ) -> Report:
     """Check a set of adapters against what a server serves; never raises for a bad adapter.
 
@@ -752,6 +877,11 @@ def check_adapters(
     searched); `AdapterSpec` objects are checked as they are. A path that holds no readable
     adapter is itself reported (LG108). Every check of LG101-LG110 runs on each adapter, then
     LG110 and LG002 across the set. ``progress(done, total)`` is called after each adapter.
+
+    ``scan_values=True`` also reads each local adapter's tensor values once, in bounded
+    chunks: a ``lora_B`` that is all zeros (LG119: the adapter does nothing) and NaN or Inf
+    values (LG120). It costs about one read of the files (see the performance page); remote
+    adapters are checked from their headers only.
 
     A path may also be remote: ``hf://ORG/REPO[@REV][/SUB]`` (or a bare Hub id ``ORG/NAME``
     that is not a local path), ``s3://BUCKET/PREFIX`` or ``https://...``, read from ranged
@@ -779,6 +909,9 @@ def check_adapters(
         )
     if progress is not None and not callable(progress):
         raise TypeError("check_adapters(progress=...) takes a callable(done, total) or None")
+    if not isinstance(scan_values, bool):
+        raise TypeError(f"check_adapters(scan_values=...) takes True or False, got "
+                        f"{scan_values!r}")
     discovered: list[tuple[str, AdapterSpec | pathlib.Path | Malformed | Future[Any]]] = []
     seen: set[str] = set()
     items = _as_list(paths_or_specs)
@@ -807,6 +940,10 @@ def check_adapters(
             try:
                 spec = target if isinstance(target, AdapterSpec) else load_spec(target)
                 found = _check_spec(subject, spec, limits)
+                if scan_values:
+                    from ._values import scan_violations  # reads values: only when asked
+
+                    found += scan_violations(spec, subject)
             except Malformed as exc:
                 found = [malformed_violation(subject, exc)]
             except (OSError, ValueError, TypeError, KeyError, AttributeError,

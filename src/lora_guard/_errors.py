@@ -326,6 +326,13 @@ def _clip(text: str) -> str:
     return f"{text[:200]}...{text[-60:]} ({len(text):,} chars)"
 
 
+def _huge(value: Any) -> Any:
+    """An int too long for str() (past Python's 4,300-digit limit) as a short text."""
+    if isinstance(value, int) and value.bit_length() > 14_000:
+        return f"an integer of about {int(value.bit_length() * 0.30103):,} digits"
+    return value
+
+
 def make_violation(
     code: str, variant: str, subject: str, /, *, hint: str | None = None, **details: Any
 ) -> Violation:
@@ -333,5 +340,20 @@ def make_violation(
     inv: Invariant = INVARIANTS[code]
     # Names come from files users upload: a 1 MB tensor key must not become a 1 MB message.
     details = {k: _clip(v) if isinstance(v, str) else v for k, v in details.items()}
-    message = inv.messages[variant].format(subject=_clip(subject), **details)
-    return Violation(code, message, hint or inv.hint_for(variant), subject, details)
+    shown = {k: _huge(v) for k, v in details.items()}
+    message = inv.messages[variant].format(subject=_clip(subject), **shown)
+    if len(message) > 40:  # a number from a file (an int detail, a shape) printed short
+        message = _LONG_NUMBER.sub(_short_number, message)
+    return Violation(code, message, hint or _fill(inv.hint_for(variant), details), subject,
+                     details)
+
+
+def _fill(fix: str, details: Mapping[str, Any]) -> str:
+    """A fix that names what was found: ``{name}`` fields filled from the details (a fix
+    without fields, or whose fields the details lack, is kept as written)."""
+    if "{" not in fix:
+        return fix
+    try:
+        return fix.format(**details)
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return fix

@@ -498,7 +498,7 @@ CASES: list[Case] = [
          _huge_key),
     Case("many-tensors", "20,000 tensors with keys outside LoRA grammar", "LG104",
          "not LoRA key grammar", _many_tensors, max_mib=64),
-    Case("no-tensors", "a valid header with no tensors at all", None, "",
+    Case("no-tensors", "a valid header with no tensors at all", "LG115", "holds no tensors",
          with_header(b"{}")),
     Case("sparse-64-gib", "a valid 64 GiB sparse file: answered from the header", None, "",
          _sparse_64_gib),
@@ -541,7 +541,7 @@ CASES: list[Case] = [
          with_config(('{"r": 8, "x": ' + nested(100_000) + "}").encode())),
     Case("config-oversized", "an 11 MB adapter_config.json", "LG108", "larger than",
          with_config(b'{"r": 8, "pad": "' + b"x" * 11_000_000 + b'"}'), max_mib=40),
-    Case("config-not-lora", 'peft_type "PREFIX_TUNING"', "LG105", "peft_type",
+    Case("config-not-lora", 'peft_type "PREFIX_TUNING"', "LG117", "peft_type",
          with_config(config(peft_type="PREFIX_TUNING"))),
     # files that are not what they claim, or lead elsewhere
     Case("pickle-bin", "adapter_model.bin whose unpickling would run code", "LG108",

@@ -26,10 +26,11 @@ import importlib.metadata
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from ._base import Integration, IntegrationWarning
+from ._base import AttachReport, Integration, IntegrationWarning
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "AttachReport",
     "Integration",
     "IntegrationLike",
     "IntegrationWarning",
@@ -49,7 +50,7 @@ _BUILTIN = {"peft": "peft", "sglang": "sglang", "vllm": "vllm"}
 class IntegrationLike(Protocol):
     """What an integration offers: `instrument` and `uninstrument` (a module qualifies)."""
 
-    def instrument(self) -> None: ...
+    def instrument(self) -> object: ...
 
     def uninstrument(self) -> None: ...
 

@@ -38,7 +38,7 @@ from .._adapters import (
 from .._config import STATE
 from .._errors import Violation
 
-__all__ = ["Integration", "IntegrationWarning", "Patch", "local_adapter"]
+__all__ = ["AttachReport", "Integration", "IntegrationWarning", "Patch", "local_adapter"]
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 _MISSING = object()
@@ -64,7 +64,39 @@ class Patch:
     params: tuple[str, ...]
     wrapper: Wrapper
     optional: bool = False
-    """A target missing from this release is skipped silently instead of blocking the module."""
+    """A target missing from this release is skipped (with a warning naming it and the
+    version) instead of leaving the whole module unpatched."""
+
+
+@dataclass(frozen=True)
+class AttachReport:
+    """What `Integration.instrument` did: each hook attached, missing (with why) or pending.
+
+    ``supported`` is whether the installed version is in the range the engine tier tests
+    (``tests/engines/``); ``pending`` lists modules not imported yet (their hooks attach on
+    import; call `Integration.report` again after it).
+
+    Example:
+        >>> from lora_guard.integrations import get
+        >>> report = get("vllm").report()
+        >>> sorted(report.as_dict())
+        ['attached', 'integration', 'missing', 'pending', 'supported', 'supported_range', 'version']
+    """
+
+    integration: str
+    version: str | None
+    supported: bool
+    supported_range: str
+    attached: tuple[str, ...]
+    missing: dict[str, str]
+    pending: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        return {"integration": self.integration, "version": self.version,
+                "supported": self.supported, "supported_range": self.supported_range,
+                "attached": list(self.attached), "missing": dict(self.missing),
+                "pending": list(self.pending)}
 
 
 @dataclass
@@ -108,10 +140,14 @@ class Integration:
     min_version: str
     patches: tuple[Patch, ...]
     on_uninstrument: Callable[[], None] | None = None
+    max_version: str | None = None
+    """The first version outside the supported range (exclusive), or None for no bound.
+    ``[min_version, max_version)`` is exactly what the engine tier tests."""
     _active: bool = field(default=False, init=False)
     _pending: set[str] = field(default_factory=set, init=False)
     _applied: dict[tuple[str, str], _Applied] = field(default_factory=dict, init=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False)
+    _warned_untested: bool = field(default=False, init=False)
     skipped: dict[str, str] = field(default_factory=dict, init=False)
     """Targets left unpatched, with the reason (an unknown signature, a missing attribute)."""
 
@@ -128,8 +164,27 @@ class Integration:
         with self._lock:
             return sorted(f"{module}:{path}" for module, path in self._applied)
 
-    def instrument(self) -> None:
-        """Guard the library now if it is imported, or as soon as it is; idempotent."""
+    @property
+    def supported_range(self) -> str:
+        """The versions the engine tier tests, as a specifier (``>=0.34.0,<0.35``)."""
+        upper = f",<{self.max_version}" if self.max_version else ""
+        return f">={self.min_version}{upper}"
+
+    def supports(self, version: str | None) -> bool:
+        """Whether ``version`` is in `supported_range` (None, not installed: False)."""
+        if version is None:
+            return False
+        found = _version_tuple(version)
+        if found < _version_tuple(self.min_version):
+            return False
+        return self.max_version is None or found < _version_tuple(self.max_version)
+
+    def instrument(self) -> AttachReport:
+        """Guard the library now if it is imported, or as soon as it is; idempotent.
+
+        Returns the `AttachReport`: each hook attached, missing (a warning names it and the
+        version) or pending (its module is not imported yet).
+        """
         with self._lock:
             self._active = True
             for module in dict.fromkeys(p.module for p in self.patches):
@@ -139,6 +194,20 @@ class Integration:
                     # wrapt fires a hook once, on the module's next import, then drops it.
                     self._pending.add(module)
                     wrapt.register_post_import_hook(self._on_import_hook, module)
+            return self.report()
+
+    def report(self) -> AttachReport:
+        """Which hooks are attached, missing or pending right now (see `AttachReport`)."""
+        with self._lock:
+            attached = tuple(self.patched)
+            missing = dict(sorted(self.skipped.items()))
+            pending = tuple(sorted({
+                p.module for p in self.patches
+                if f"{p.module}:{p.path}" not in attached and f"{p.module}:{p.path}" not in
+                missing}))
+            version = self.version()
+            return AttachReport(self.name, version, self.supports(version),
+                                self.supported_range, attached, missing, pending)
 
     def uninstrument(self) -> None:
         """Put back exactly the objects `instrument` replaced; later hooks do nothing."""
@@ -213,15 +282,37 @@ class Integration:
                     self.min_version):
                 problems.append(f"version {version} is older than {self.min_version}")
             resolved: list[tuple[Patch, Any, str]] = []
+            absent: list[str] = []
             for patch in todo:
                 found = self._resolve(module, patch)
                 if isinstance(found, str):
                     if patch.optional and found.startswith("missing"):
                         self.skipped[f"{name}:{patch.path}"] = found
+                        absent.append(f"{name}.{patch.path} ({found})")
                         continue
                     problems.append(f"{patch.path}: {found}")
                 else:
                     resolved.append((patch, *found))
+            if absent and not problems:
+                warnings.warn(
+                    f"lora_guard.integrations.{self.name}: {self.distribution} {version} has "
+                    f"no {', '.join(absent)}; that hook is not attached, the rest are. "
+                    f"lora_guard is tested on {self.distribution} {self.supported_range} "
+                    "(`lora-guard doctor` lists every hook).",
+                    IntegrationWarning,
+                    stacklevel=3,
+                )
+            if (not problems and version != "unknown" and self.max_version is not None
+                    and _version_tuple(version) >= _version_tuple(self.max_version)
+                    and not self._warned_untested):
+                self._warned_untested = True
+                warnings.warn(
+                    f"lora_guard.integrations.{self.name}: {self.distribution} {version} is "
+                    f"newer than the range lora_guard is tested on ({self.supported_range}); "
+                    "hooks whose signatures match are attached, check `lora-guard doctor`.",
+                    IntegrationWarning,
+                    stacklevel=3,
+                )
             if problems:
                 reason = "; ".join(problems)
                 for patch in todo:
@@ -229,8 +320,8 @@ class Integration:
                 warnings.warn(
                     f"lora_guard.integrations.{self.name}: {self.distribution} {version} is "
                     f"not patched in {name} (its guards would be wrong there): {reason}. "
-                    f"The library runs unguarded; lora_guard knows {self.distribution} >= "
-                    f"{self.min_version} with the signatures it documents.",
+                    f"The library runs unguarded; lora_guard is tested on {self.distribution} "
+                    f"{self.supported_range} with the signatures it documents.",
                     IntegrationWarning,
                     stacklevel=3,
                 )

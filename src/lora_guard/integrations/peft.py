@@ -37,7 +37,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._adapters import FEATURES, AdapterSpec
+from .._adapters import _LAYER, FEATURES, AdapterSpec
 from .._check_adapters import Expected, ServingLimits, spec_violations
 from .._checks import shape_of
 from .._config import report
@@ -45,7 +45,7 @@ from .._errors import Violation, make_violation
 from .._layouts import LayoutRegistry
 from ._base import Integration, Patch, local_adapter
 
-__all__ = ["INTEGRATION", "instrument", "layout_registry", "uninstrument"]
+__all__ = ["INTEGRATION", "instrument", "layer_violations", "layout_registry", "uninstrument"]
 
 name = "peft"
 """This integration's name, as `lora_guard.integrations.get` knows it."""
@@ -57,10 +57,12 @@ _PEFT_SERVES = ServingLimits(allow=frozenset(FEATURES))
 # What PEFT's LoraConfig fills in for a field the saved config leaves out: not malformed here.
 PEFT_CONFIG_DEFAULTS: Mapping[str, Any] = {"r": 8, "lora_alpha": 8, "target_modules": None}
 """PEFT implements every config feature (DoRA, biases, modules_to_save, ...): no LG105."""
-_LOAD_SETTLED_BY_PEFT = ("LG104", "LG106", "LG002")
+_LOAD_SETTLED_BY_PEFT = ("LG104", "LG106", "LG002", "LG116", "LG118")
 """Checks of the checker a load leaves out: keys PEFT does not know are PEFT's to warn
-about (LG104), PEFT copies weights into its own parameters' dtype (LG106), and the layout
-registry reports LG002, within the adapter and against the model's other adapters."""
+about (LG104), PEFT copies weights into its own parameters' dtype (LG106), the layout
+registry reports LG002, within the adapter and against the model's other adapters; a PiSSA/
+OLoRA adapter is right on the residual base PEFT users load it on (LG116), and PEFT loads
+the base weights an adapter ships (LG118)."""
 _SWAP_SETTLED_ELSEWHERE = ("LG102", "LG103", "LG104", "LG106")
 """Checks of the checker a hot-swap from a folder leaves out: PEFT zero-fills a missing half
 on purpose (LG103) and refuses unexpected keys itself before writing (LG104); the swap guard
@@ -159,6 +161,42 @@ def _module_dims(model: Any, spec: AdapterSpec) -> dict[str, tuple[Expected, Exp
     return dims
 
 
+def layer_violations(model: Any, spec: AdapterSpec, subject: str) -> list[Violation]:
+    """LG109 for adapter modules of layers the live model does not have (a 4-layer adapter
+    loaded into a 2-layer model: PEFT would only warn about unexpected keys and leave the
+    model's layers half adapted).
+
+    Example:
+        >>> import torch
+        >>> from lora_guard.integrations.peft import layer_violations
+        >>> class Spec: modules = {}
+        >>> layer_violations(torch.nn.Module(), Spec(), "adapter 'a'")
+        []
+    """
+    counts: dict[str, int | None] = {}
+    beyond: list[tuple[str, int, int]] = []
+    for path, module in spec.modules.items():
+        padded = f".{path}."
+        match = _LAYER.search(padded)
+        if module.layer is None or match is None:
+            continue
+        container = padded[1:match.end()].rstrip(".").rsplit(".", 1)[0]  # model.layers
+        if container not in counts:
+            try:
+                holder = model.get_submodule(f"base_model.model.{container}")
+                counts[container] = len(holder)
+            except (AttributeError, TypeError):
+                counts[container] = None
+        count = counts[container]
+        if count is not None and module.layer >= count:
+            beyond.append((module.a_key or module.b_key or path, module.layer, count))
+    if not beyond:
+        return []
+    key, layer, count = max(beyond, key=lambda item: item[1])
+    more = f"{key} (and {len(beyond) - 1} more)" if len(beyond) > 1 else key
+    return [make_violation("LG109", "layer", subject, key=more, layer=layer, layers=count)]
+
+
 def _call_admitted(registry: LayoutRegistry, adapter_name: str, newly: bool,
                    wrapped: Callable[..., Any], args: tuple[Any, ...],
                    kwargs: dict[str, Any]) -> Any:
@@ -187,6 +225,8 @@ def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
         violations += spec_violations(
             spec, _PEFT_SERVES, subject=subject, skip=_LOAD_SETTLED_BY_PEFT,
             module_dims=None if renamed else _module_dims(instance, spec))
+        if not renamed:
+            violations += layer_violations(instance, spec, subject)
     report(violations)
     if spec is not None and spec.tensors:
         registry.admit(adapter_name, spec.tensors)

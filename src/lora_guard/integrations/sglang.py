@@ -1,6 +1,7 @@
 """lora_guard in front of sglang's LoRA serving: loading, the memory pool, MoE pools, slots.
 
-Guarded (sglang >= 0.5, the module paths of ``sglang.srt``):
+Guarded (tested on sglang 0.5.23, the engine tier ``tests/engines/``; other releases get an
+`IntegrationWarning` and `lora-guard doctor` lists each hook):
 
 - ``LoRAManager.load_lora_adapter``: before sglang reads a tensor, the adapter's config and
   safetensors header go through the checker of ``lora-guard check``
@@ -18,22 +19,28 @@ Guarded (sglang >= 0.5, the module paths of ``sglang.srt``):
   config behind is reported as LG201.
 - ``LoRAManager.validate_new_adapter``: the same checks, for a caller that validates an
   adapter outside ``load_lora_adapter`` (inside it, the load guard has checked already).
-- ``LoRAManager.init_state``: the MoE layouts of the start-up adapters (LG002), before any
-  is loaded; ``unload_lora_adapter`` releases a layout.
+- ``LoRAManager.init_state``: the start-up adapters (``--lora-paths``, loaded inside
+  ``LoRAManager.__init__``), each through the same checks as a dynamic load, against
+  ``--max-lora-rank`` (or, without it, the rank sglang infers: the largest ``r``) and
+  ``--lora-target-modules``, and their MoE layouts (LG002), before any is loaded: a server
+  that would serve them wrong does not start. ``unload_lora_adapter`` releases a layout.
 - ``LoRAMemoryPool.prepare_lora_batch``: a batch needing more adapters than slots (LG201,
   before sglang's assert), then the slot maps ``uid_to_buffer_id`` / ``buffer_id_to_uid``
   (LG201, `lora_guard.check_slot_maps`).
 - ``LoRAMemoryPool.load_lora_weight_to_buffer``: a slot out of range (LG201) or an adapter
   rank above the pool's (LG101) before the buffer is written.
 - ``LoRAMemoryPool._get_maybe_cached_weight_for_transfer``: a pinned-cache hit of another
-  shape or dtype (LG003, seed 002) before the stale tensor is returned.
-- ``FusedMoEWithLoRA.set_lora_info`` and the Inkling shared sink's ``set_lora_info``
-  (``sglang.srt.models.inkling_common.lora``): the seed-000 contract, dims frozen at the first
+  shape or dtype (LG003, seed 002) before the stale tensor is returned, when sglang reads the
+  store at all (pinning available, overlap loading on, a CPU weight not pinned yet; the
+  store is each adapter layer's ``pinned_weights``).
+- ``FusedMoEWithLoRA.set_lora_info`` and the Inkling shared sink's ``set_lora_info``, both
+  versions (``InklingBatchDenseMLPWithLoRA`` and ``...V2``, in
+  ``sglang.srt.models.inkling_common.lora``): the seed-000 contract, dims frozen at the first
   call per layer (LG001 before the layer changes anything, LG004 for a malformed call).
 
 Example:
     >>> from lora_guard.integrations import sglang as sglang_guard
-    >>> sglang_guard.instrument()    # before or after sglang is imported
+    >>> report = sglang_guard.instrument()    # before or after sglang is imported
     >>> sglang_guard.uninstrument()
 """
 
@@ -53,7 +60,7 @@ from .._config import report
 from .._errors import LoRAGuardError, Violation, make_violation
 from .._layouts import LayoutRegistry
 from .._shapes import shapes
-from ._base import Integration, Patch, local_adapter
+from ._base import AttachReport, Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "SET_LORA_INFO_DIMS", "instrument", "uninstrument"]
 
@@ -100,23 +107,35 @@ _SGLANG_SETTLES = ("LG106", "LG002")
 (LG106), and the layout guard reports LG002 against the pool as well as within an adapter."""
 _IN_LOAD: contextvars.ContextVar[Any] = contextvars.ContextVar("lora_guard_sglang_load",
                                                                 default=None)
+_START_UP: contextvars.ContextVar[tuple[Any, ServingLimits] | None] = contextvars.ContextVar(
+    "lora_guard_sglang_start_up", default=None)
+"""The manager whose ``init_state`` runs, with the limits its arguments give (at start-up
+``max_lora_rank`` / ``target_modules`` are not attributes yet)."""
 
 
-def _limits(manager: Any) -> ServingLimits:
-    """What this server serves (``--max-lora-rank``, ``--lora-target-modules``)."""
-    max_rank = getattr(manager, "max_lora_rank", None)
-    if not (isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0):
-        max_rank = None
-    targets = getattr(manager, "target_modules", None)
-    served: set[str] | None = None
+def _served(targets: Any) -> frozenset[str] | None:
+    """``--lora-target-modules`` as the checker takes it (fused names serve their parts)."""
     if isinstance(targets, (set, frozenset, list, tuple)) and targets and all(
             isinstance(t, str) and t for t in targets) and "all" not in targets:
         served = set(targets)
         for fused, parts in _FUSED.items():
-            if fused in served:
+            if fused in served or any(part in served for part in parts):
+                served.add(fused)
                 served.update(parts)
+        return frozenset(served)
+    return None
+
+
+def _limits(manager: Any) -> ServingLimits:
+    """What this server serves (``--max-lora-rank``, ``--lora-target-modules``)."""
+    start_up = _START_UP.get()
+    if start_up is not None and start_up[0] is manager:
+        return start_up[1]
+    max_rank = getattr(manager, "max_lora_rank", None)
+    if not (isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0):
+        max_rank = None
     return ServingLimits(max_rank=max_rank,
-                         target_modules=None if served is None else frozenset(served))
+                         target_modules=_served(getattr(manager, "target_modules", None)))
 
 
 def _check(manager: Any, lora_ref: Any) -> tuple[list[Violation], AdapterSpec | None]:
@@ -193,18 +212,44 @@ def _unload_lora_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple
 
 def _init_state(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
-    lora_paths = kwargs.get("lora_paths", args[2] if len(args) > 2 else None)
+    """Start-up (``--lora-paths``): sglang loads these adapters inside ``init_state`` through
+    its private ``_load_lora_adapter``, before ``max_lora_rank`` and ``target_modules`` are
+    set, so each is checked here, against the limits the arguments give (a rank sglang infers
+    is the largest ``r``, which a ``rank_pattern`` can exceed), before any is read."""
+    max_rank = _arg(args, kwargs, 0, "max_lora_rank")
+    targets = _arg(args, kwargs, 1, "target_modules")
+    lora_paths = _arg(args, kwargs, 2, "lora_paths")
     registry = LayoutRegistry()  # init_state rebuilds the manager's state from scratch
-    refs = lora_paths.values() if isinstance(lora_paths, Mapping) else (lora_paths or ())
+    refs = list(lora_paths.values() if isinstance(lora_paths, Mapping) else (lora_paths or ()))
+    specs: list[tuple[Any, AdapterSpec | None, list[Violation]]] = []
     for lora_ref in refs:
-        path = getattr(lora_ref, "lora_path", None)
+        spec, found = local_adapter(getattr(lora_ref, "lora_path", None), _subject(lora_ref))
+        specs.append((lora_ref, spec, found))
+    if not (isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0):
+        ranks = [spec.config.get("r") for _, spec, _ in specs if spec is not None]
+        max_rank = max([r for r in ranks if isinstance(r, int) and r > 0], default=None)
+    limits = ServingLimits(max_rank=max_rank, target_modules=_served(targets))
+    vocab = getattr(getattr(instance, "base_hf_config", None), "vocab_size", None)
+    violations: list[Violation] = []
+    for lora_ref, spec, found in specs:
+        violations += found
+        if spec is not None:
+            violations += spec_violations(
+                spec, limits, subject=_subject(lora_ref), skip=_SGLANG_SETTLES,
+                vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
+    report(violations)  # a server that would start wrong does not start
+    for lora_ref, spec, _ in specs:
         lora_id = getattr(lora_ref, "lora_id", None)
-        if isinstance(lora_id, str):
-            spec, _ = local_adapter(path, _subject(lora_ref))  # the load reports the rest
-            if spec is not None and spec.tensors:
-                registry.admit(lora_id, spec.tensors)
+        if isinstance(lora_id, str) and spec is not None and spec.tensors:
+            registry.admit(lora_id, spec.tensors)
     _REGISTRIES[instance] = registry
-    return wrapped(*args, **kwargs)
+    token = _IN_LOAD.set(instance)  # checked above: validate_new_adapter need not repeat it
+    start_up = _START_UP.set((instance, limits))
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        _START_UP.reset(start_up)
+        _IN_LOAD.reset(token)
 
 
 # --- LoRAMemoryPool ----------------------------------------------------------------------
@@ -250,12 +295,25 @@ def _load_lora_weight_to_buffer(wrapped: Callable[..., Any], instance: Any,
     return wrapped(*args, **kwargs)
 
 
+def _consults_store(pool: Any, weight: Any) -> bool:
+    """Whether sglang reads the pinned store for this weight at all: only with pinning
+    available, overlap loading on, and a CPU weight not pinned yet (otherwise it returns the
+    weight itself, or pins it afresh, and a stale entry is never served)."""
+    if not getattr(pool, "pin_memory_available", True):
+        return False
+    if not getattr(pool, "enable_lora_overlap_loading", True):
+        return False
+    device = getattr(getattr(weight, "device", None), "type", "cpu")
+    is_pinned = getattr(weight, "is_pinned", None)
+    return device == "cpu" and not (callable(is_pinned) and is_pinned())
+
+
 def _cached_weight(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                    kwargs: dict[str, Any]) -> Any:
     store = _arg(args, kwargs, 0, "pinned_weight_store")
     key = _arg(args, kwargs, 1, "cache_key")
     weight = _arg(args, kwargs, 2, "weight")
-    if store is not None and hasattr(store, "get"):
+    if _consults_store(instance, weight) and store is not None and hasattr(store, "get"):
         violation = check_cache_entry(key, store.get(key), weight)
         if violation is not None:
             report([violation])
@@ -285,7 +343,8 @@ _SET_LORA_PARAMS = ("self", "gate_up_lora_a_weights", "gate_up_lora_b_weights",
 INTEGRATION = Integration(
     name=name,
     distribution="sglang",
-    min_version="0.5",
+    min_version="0.5.23",
+    max_version="0.5.24",
     patches=(
         Patch("sglang.srt.lora.lora_manager", "LoRAManager.validate_new_adapter",
               ("self", "lora_config", "lora_ref"), _validate_new_adapter),
@@ -308,21 +367,24 @@ INTEGRATION = Integration(
         Patch("sglang.srt.models.inkling_common.lora",
               "InklingBatchDenseMLPWithLoRA.set_lora_info", _SET_LORA_PARAMS, _set_lora_info,
               optional=True),
+        Patch("sglang.srt.models.inkling_common.lora",
+              "InklingBatchDenseMLPWithLoRAV2.set_lora_info", _SET_LORA_PARAMS, _set_lora_info,
+              optional=True),
     ),
     on_uninstrument=_REGISTRIES.clear,
 )
 
 
-def instrument() -> None:
+def instrument() -> AttachReport:
     """Guard sglang's LoRA loading, memory pool and MoE layers, now or when imported.
 
     Example:
         >>> from lora_guard.integrations import sglang as sglang_guard
-        >>> sglang_guard.instrument(); sglang_guard.INTEGRATION.instrumented
+        >>> report = sglang_guard.instrument(); sglang_guard.INTEGRATION.instrumented
         True
         >>> sglang_guard.uninstrument()
     """
-    INTEGRATION.instrument()
+    return INTEGRATION.instrument()
 
 
 def uninstrument() -> None:

@@ -1,6 +1,9 @@
 """lora_guard in front of vLLM's LoRA loading and slot activation.
 
-Guarded (vLLM >= 0.11, ``vllm.lora.lora_model`` / ``model_manager`` / ``worker_manager``):
+Guarded (tested on vLLM 0.34.0, the engine tier ``tests/engines/``: ``vllm.lora.lora_model`` /
+``model_manager`` / ``worker_manager`` / ``peft_helper``; releases before 0.34 kept
+``LoRAModel`` in ``vllm.lora.models``, where these hooks would never fire, so they are left
+unpatched with an `IntegrationWarning`, and `lora-guard doctor` lists each hook):
 
 - ``LoRAModel.from_local_checkpoint`` (the successor of ``vllm.lora.models``'): before a
   tensor is read, the adapter's config and safetensors header go through the checker of
@@ -11,14 +14,17 @@ Guarded (vLLM >= 0.11, ``vllm.lora.lora_model`` / ``model_manager`` / ``worker_m
   checker's LG102, LG103, LG104 key grammar, LG105 (every config feature vLLM does not
   serve: DoRA, ``lora_bias``, ``bias``, ``modules_to_save``, ...), LG107, LG108 and LG002
   within the adapter; not LG106, since vLLM casts every weight to its LoRA dtype.
-  ``max_lora_rank`` comes from the ``WorkerLoRAManager._load_adapter`` that calls it.
+  ``max_lora_rank`` comes from the ``WorkerLoRAManager._load_adapter`` that calls it; called
+  directly (an offline tool), from the ``LoRAConfig`` its ``PEFTHelper.validate_legal`` was
+  given, else the current vLLM config, else vLLM's default (16). ``modules_to_save`` of a
+  sequence-classification head only (``score``, ``classifier``) is served (vLLM 0.34 does).
 - ``LoRAModelManager.activate_adapter`` (and so the LRU manager's): the slot table
   ``lora_index_to_id`` against the active adapters before and after activation (LG201), and
   an activation with no free slot (LG201) instead of a bare "No free lora slots".
 
 Example:
     >>> from lora_guard.integrations import vllm as vllm_guard
-    >>> vllm_guard.instrument()
+    >>> report = vllm_guard.instrument()   # which hooks attached (or are pending)
     >>> vllm_guard.uninstrument()
 """
 
@@ -26,6 +32,8 @@ from __future__ import annotations
 
 import contextvars
 import os
+import sys
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -33,7 +41,7 @@ from .._check_adapters import ServingLimits, spec_violations
 from .._checks import check_slot_maps_violations
 from .._config import report
 from .._errors import Violation, make_violation
-from ._base import Integration, Patch, local_adapter
+from ._base import AttachReport, Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "instrument", "slot_violations", "uninstrument"]
 
@@ -57,28 +65,86 @@ def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
         _MAX_RANK.reset(token)
 
 
-def _limits(expected: Any, mapped: bool) -> ServingLimits:
+_CLASSIFIER_HEADS = frozenset({"classifier", "score"})
+"""The ``modules_to_save`` vLLM 0.34 serves: a sequence-classification head."""
+_VALIDATED: dict[int, tuple[weakref.ref[Any], int]] = {}
+"""``id(PEFTHelper)`` -> (the helper, the ``max_lora_rank`` its ``validate_legal`` saw)."""
+
+
+def _usable_rank(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if ok else None
+
+
+def _validate_legal(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Any:
+    result = wrapped(*args, **kwargs)
+    lora_config = kwargs.get("lora_config", args[0] if args else None)
+    max_rank = _usable_rank(getattr(lora_config, "max_lora_rank", None))
+    if instance is not None and max_rank is not None:
+        key = id(instance)
+        _VALIDATED[key] = (weakref.ref(instance, lambda _: _VALIDATED.pop(key, None)),
+                           max_rank)
+    return result
+
+
+def _max_rank(peft_helper: Any) -> int | None:
+    """The server's ``max_lora_rank`` for this load: the worker's that calls it; else the
+    ``LoRAConfig`` this adapter's `PEFTHelper` was validated against (an offline tool's
+    ``validate_legal(lora_config)``); else the current vLLM config's; else vLLM's default."""
+    from_worker = _MAX_RANK.get()
+    if from_worker is not None:
+        return from_worker
+    validated = _VALIDATED.get(id(peft_helper))
+    if validated is not None and validated[0]() is peft_helper:
+        return validated[1]
+    config_module = sys.modules.get("vllm.config")
+    current = getattr(config_module, "get_current_vllm_config_or_none", None)
+    if callable(current):
+        try:
+            config = current()
+        except Exception:
+            config = None
+        found = _usable_rank(getattr(getattr(config, "lora_config", None), "max_lora_rank",
+                                     None))
+        if found is not None:
+            return found
+    lora_config = getattr(config_module, "LoRAConfig", None)
+    fields = getattr(lora_config, "__dataclass_fields__", {})
+    default = getattr(fields.get("max_lora_rank"), "default", None)
+    return _usable_rank(default)
+
+
+def _limits(expected: Any, mapped: bool, max_rank: int | None,
+            allow: frozenset[str]) -> ServingLimits:
     """What this engine serves, as the checker takes it."""
-    max_rank = _MAX_RANK.get()
     served = None
     if not mapped and isinstance(expected, Iterable) and not isinstance(expected, str):
         served = frozenset(m for m in expected if isinstance(m, str) and m) or None
-    return ServingLimits(max_rank=max_rank, target_modules=served)
+        if served is not None and "modules_to_save" in allow:
+            served = served | _CLASSIFIER_HEADS
+    return ServingLimits(max_rank=max_rank, target_modules=served, allow=allow)
 
 
 def _from_local_checkpoint(wrapped: Callable[..., Any], instance: Any,
                            args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     lora_dir = kwargs.get("lora_dir", args[0] if args else None)
     expected = kwargs.get("expected_lora_modules", args[1] if len(args) > 1 else None)
+    peft_helper = kwargs.get("peft_helper", args[2] if len(args) > 2 else None)
     vocab = kwargs.get("model_vocab_size")
     if isinstance(lora_dir, (str, os.PathLike)) and not kwargs.get("tensorizer_config_dict"):
         subject = f"adapter {os.path.basename(os.path.normpath(lora_dir))!r}"
         spec, violations = local_adapter(lora_dir, subject)
         if spec is not None:
+            saved = spec.config.get("modules_to_save") or ()
+            heads_only = isinstance(saved, (list, tuple)) and bool(saved) and all(
+                isinstance(m, str) and m.rsplit(".", 1)[-1] in _CLASSIFIER_HEADS for m in saved)
+            allow = frozenset({"modules_to_save"}) if heads_only else frozenset()
             # weights_mapper: the names on disk are not the served names
+            limits = _limits(expected, bool(kwargs.get("weights_mapper")),
+                             _max_rank(peft_helper), allow)
             violations += spec_violations(
-                spec, _limits(expected, mapped=bool(kwargs.get("weights_mapper"))),
-                subject=subject, skip=_VLLM_SETTLES,
+                spec, limits, subject=subject, skip=_VLLM_SETTLES,
                 vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
         report(violations)
     return wrapped(*args, **kwargs)
@@ -122,29 +188,32 @@ def _activate_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[An
 INTEGRATION = Integration(
     name=name,
     distribution="vllm",
-    min_version="0.11",
+    min_version="0.34.0",
+    max_version="0.34.1",
     patches=(
         Patch("vllm.lora.lora_model", "LoRAModel.from_local_checkpoint",
               ("cls", "lora_dir", "expected_lora_modules", "peft_helper"),
               _from_local_checkpoint),
         Patch("vllm.lora.worker_manager", "WorkerLoRAManager._load_adapter",
               ("self", "lora_request"), _load_adapter, optional=True),
+        Patch("vllm.lora.peft_helper", "PEFTHelper.validate_legal", ("self", "lora_config"),
+              _validate_legal, optional=True),
         Patch("vllm.lora.model_manager", "LoRAModelManager.activate_adapter",
               ("self", "lora_id"), _activate_adapter),
     ),
 )
 
 
-def instrument() -> None:
+def instrument() -> AttachReport:
     """Guard vLLM's adapter loading and slot activation, now or when vLLM is imported.
 
     Example:
         >>> from lora_guard.integrations import vllm as vllm_guard
-        >>> vllm_guard.instrument(); vllm_guard.INTEGRATION.instrumented
+        >>> report = vllm_guard.instrument(); vllm_guard.INTEGRATION.instrumented
         True
         >>> vllm_guard.uninstrument()
     """
-    INTEGRATION.instrument()
+    return INTEGRATION.instrument()
 
 
 def uninstrument() -> None:

@@ -1,0 +1,293 @@
+"""The real vLLM 0.34.0 and sglang 0.5.23 LoRA modules, set up on a CPU as a server sets them up.
+
+Each engine is prepared once per process (its import, its global server arguments, a gloo
+process group of one), then every test builds a fresh server over a fresh tiny model:
+
+- `sglang_server` is a real ``LoRAManager`` over sglang's own ``LlamaForCausalLM`` (hidden
+  64, 2 layers), built exactly as ``ModelRunner`` builds it: ``--max-lora-rank``,
+  ``--lora-target-modules``, ``--max-loras-per-batch`` and ``--lora-paths`` (start-up
+  adapters, loaded inside ``LoRAManager.__init__``).
+- `vllm_server` is a real ``LRUCacheWorkerLoRAManager`` with its ``LRUCacheLoRAModelManager``
+  over vLLM's own ``LlamaForCausalLM``, as the GPU worker creates it (``--max-lora-rank``,
+  ``--max-loras``, ``--max-cpu-loras``).
+
+What a CPU needs and a GPU server does not, and nothing else:
+
+- sglang's LoRA layers allocate small offset tensors with ``pin_memory=True``, which torch
+  refuses without an accelerator: `_drop_pin_memory` drops the flag for tensor factories
+  (pinning changes where a host tensor lives, never its values or shape);
+- sglang imports ``torchvision.transforms.InterpolationMode`` at module level: the stand-in
+  in ``_stubs`` goes on ``sys.path`` after transformers has cached torchvision as absent;
+- vLLM's CPU platform refuses to configure itself without triton-cpu (its compiled kernels):
+  the platform's ``check_and_update_config`` is skipped; the LoRA code never reaches a kernel
+  here (the tier loads, validates, activates and swaps adapters, it does not run forwards).
+
+Adapters are real PEFT adapters, made with `peft_adapter` from tiny transformers configs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import socket
+import sys
+import tempfile
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+STUBS = HERE / "_stubs"
+VOCAB = 128
+
+
+def llama_config(**overrides: Any) -> Any:
+    """The tiny base every server of the tier serves (and every adapter is trained on)."""
+    from transformers import LlamaConfig
+
+    values: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2,
+                                  vocab_size=VOCAB, tie_word_embeddings=False)
+    values.update(overrides)
+    return LlamaConfig(**values)
+
+
+# --- real PEFT adapters -------------------------------------------------------------------------
+
+def peft_adapter(path: Path, *, base: Any = None, task_type: str | None = None,
+                 seed: int = 0, **lora: Any) -> Path:
+    """A real PEFT adapter: ``get_peft_model(tiny model, LoraConfig(**lora)).save_pretrained``.
+
+    ``base`` is the transformers config it is trained on (`llama_config` by default);
+    ``task_type="SEQ_CLS"`` trains it on a sequence classifier (PEFT saves ``score``).
+    """
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = base if base is not None else llama_config()
+    if task_type == "SEQ_CLS":
+        config.num_labels = 2
+        model: Any = LlamaForSequenceClassification(config)
+    else:
+        model = LlamaForCausalLM(config)
+    lora.setdefault("target_modules", ["q_proj", "v_proj"])
+    lora.setdefault("r", 8)
+    if task_type is not None:
+        lora["task_type"] = task_type
+    peft_model = get_peft_model(model, LoraConfig(**lora))
+    with torch.no_grad():  # a trained adapter: B is not zero
+        for name, parameter in peft_model.named_parameters():
+            if "lora_B" in name or "lora_embedding_B" in name:
+                parameter.normal_(std=0.02)
+    peft_model.save_pretrained(str(path))
+    return path
+
+
+def edit_weights(path: Path, edit: Callable[[dict[str, torch.Tensor]], None]) -> Path:
+    """Rewrite an adapter's weights as the field breaks them (a key dropped, a tensor emptied)."""
+    from safetensors.torch import load_file, save_file
+
+    file = path / "adapter_model.safetensors"
+    tensors = load_file(str(file))
+    edit(tensors)
+    save_file(tensors, str(file))
+    return path
+
+
+def edit_config(path: Path, **changes: Any) -> Path:
+    """Rewrite fields of an adapter's ``adapter_config.json``."""
+    file = path / "adapter_config.json"
+    config = json.loads(file.read_text())
+    config.update(changes)
+    file.write_text(json.dumps(config))
+    return path
+
+
+# --- process-wide set-up -------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _alone(engine: str, other: str) -> None:
+    """The two engines set process-wide state (platform, attention backends, process groups)
+    that the other one then misreads: the tier runs each engine's tests in its own process
+    (``-n 2 --dist loadgroup``, the modules' ``xdist_group``)."""
+    if any(name == other or name.startswith(other + ".") for name in sys.modules):
+        raise RuntimeError(
+            f"{other} is already imported in this process; run the engine tier as documented "
+            f"(python -m pytest tests/engines -n 2 --dist loadgroup) so {engine} gets a "
+            "process of its own")
+
+
+def _drop_pin_memory() -> None:
+    if getattr(torch, "_lora_guard_tier_no_pin", False) or torch.cuda.is_available():
+        return
+
+    def no_pin(factory: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(factory)
+        def make(*args: Any, **kwargs: Any) -> Any:
+            kwargs.pop("pin_memory", None)
+            return factory(*args, **kwargs)
+        return make
+
+    for name in ("tensor", "arange", "zeros", "empty", "ones", "full"):
+        setattr(torch, name, no_pin(getattr(torch, name)))
+    torch._lora_guard_tier_no_pin = True  # type: ignore[attr-defined]
+
+
+@functools.cache
+def sglang_env() -> types.SimpleNamespace:
+    """sglang's LoRA modules, imported and configured for a CPU scheduler process."""
+    _alone("sglang", "vllm")
+    from transformers.utils import import_utils
+
+    import_utils.is_torchvision_available()  # cached as False before the stand-in appears
+    if str(STUBS) not in sys.path:
+        sys.path.append(str(STUBS))
+    _drop_pin_memory()
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.runtime_context import get_parallel
+    from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+    base = Path(tempfile.mkdtemp(prefix="lora-guard-sglang-base-"))
+    config = llama_config()
+    config.architectures = ["LlamaForCausalLM"]
+    config.save_pretrained(str(base))  # the model's config only: no weights are read
+    args = ServerArgs(model_path=str(base), device="cpu", enable_lora=True,
+                      max_lora_rank=16, lora_target_modules=["q_proj", "v_proj"])
+    set_global_server_args_for_scheduler(args)
+    get_parallel().override_permanently(
+        tp_rank=0, pp_rank=0, attn_cp_rank=0, moe_dp_rank=0, moe_ep_rank=0, moe_tp_rank=0,
+        attn_tp_rank=0, attn_dp_rank=0)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, backend="gloo",
+            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+        parallel_state.initialize_model_parallel(backend="gloo")
+    import sglang
+    from sglang.srt.lora import layers, lora_manager, lora_registry, mem_pool
+    from sglang.srt.models import llama
+
+    return types.SimpleNamespace(
+        version=sglang.__version__, args=args, LoadConfig=LoadConfig,
+        manager=lora_manager, pool=mem_pool, layers=layers, registry=lora_registry,
+        Llama=llama.LlamaForCausalLM)
+
+
+def sglang_ref(name: str, path: Path | str, *, pinned: bool = False) -> Any:
+    """The ``LoRARef`` the tokenizer manager hands the scheduler for ``--lora-paths`` / a load."""
+    env = sglang_env()
+    return env.registry.LoRARef(lora_id=name, lora_name=name, lora_path=str(path),
+                                pinned=pinned)
+
+
+def sglang_server(*, max_lora_rank: int | None = 16,
+                  target_modules: set[str] | None = None,
+                  lora_paths: list[Any] | None = None, max_loras_per_batch: int = 2,
+                  base: Any = None) -> Any:
+    """A real sglang ``LoRAManager`` over a fresh tiny Llama, as ``ModelRunner`` builds it."""
+    env = sglang_env()
+    config = base if base is not None else llama_config()
+    model = env.Llama(config, quant_config=None)
+    if target_modules is None and lora_paths is None:
+        target_modules = {"q_proj", "v_proj"}
+    return env.manager.LoRAManager(
+        model, config, max_loras_per_batch=max_loras_per_batch, load_config=env.LoadConfig(),
+        dtype=torch.float32, server_args=env.args, lora_backend="torch_native",
+        max_lora_rank=max_lora_rank, target_modules=target_modules, lora_paths=lora_paths)
+
+
+def pool_snapshot(manager: Any) -> dict[str, torch.Tensor]:
+    """Every buffer of a sglang memory pool, copied (to compare bitwise later)."""
+    pool = manager.memory_pool
+    out: dict[str, torch.Tensor] = {}
+    for kind, buffers in (("A", pool.A_buffer), ("B", pool.B_buffer)):
+        for module, per_layer in buffers.items():
+            for layer, tensor in enumerate(per_layer):
+                out[f"{kind}:{module}:{layer}"] = tensor.detach().clone()
+    return out
+
+
+@functools.cache
+def vllm_env() -> types.SimpleNamespace:
+    """vLLM's LoRA modules, imported and configured for a CPU worker process."""
+    _alone("vllm", "sglang")
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    from vllm.platforms import current_platform
+
+    type(current_platform).check_and_update_config = classmethod(  # type: ignore[method-assign]
+        lambda cls, config: None)
+    import vllm
+    from vllm.config import (
+        DeviceConfig,
+        LoRAConfig,
+        ModelConfig,
+        VllmConfig,
+        set_current_vllm_config,
+    )
+    from vllm.lora import lora_model, model_manager, peft_helper, worker_manager
+    from vllm.lora.request import LoRARequest
+
+    return types.SimpleNamespace(
+        version=vllm.__version__, DeviceConfig=DeviceConfig, LoRAConfig=LoRAConfig,
+        ModelConfig=ModelConfig, VllmConfig=VllmConfig, current=set_current_vllm_config,
+        lora_model=lora_model, model_manager=model_manager, peft_helper=peft_helper,
+        worker_manager=worker_manager, LoRARequest=LoRARequest)
+
+
+def vllm_base_dir(root: Path, base: Any = None) -> Path:
+    """The base model's folder as vLLM reads it (``config.json`` only: no weights needed)."""
+    folder = root / "vllm-base"
+    if not (folder / "config.json").exists():
+        config = base if base is not None else llama_config()
+        config.architectures = ["LlamaForCausalLM"]
+        config.save_pretrained(str(folder))
+    return folder
+
+
+_VLLM_DIST: list[bool] = []
+
+
+def vllm_server(base_dir: Path, *, max_lora_rank: int = 16, max_loras: int = 2,
+                max_cpu_loras: int | None = None) -> Any:
+    """A real vLLM ``LRUCacheWorkerLoRAManager`` (and its model manager) over a tiny Llama."""
+    env = vllm_env()
+    lora_config = env.LoRAConfig(max_lora_rank=max_lora_rank, max_loras=max_loras,
+                                 max_cpu_loras=max_cpu_loras, lora_dtype=torch.float32)
+    model_config = env.ModelConfig(model=str(base_dir), tokenizer=None,
+                                   skip_tokenizer_init=True, dtype="float32")
+    config = env.VllmConfig(model_config=model_config, lora_config=lora_config,
+                            device_config=env.DeviceConfig(device="cpu"))
+    with env.current(config):
+        if not _VLLM_DIST:
+            from vllm.distributed import (
+                ensure_model_parallel_initialized,
+                init_distributed_environment,
+            )
+            init_distributed_environment(
+                world_size=1, rank=0, local_rank=0, backend="gloo",
+                distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+            ensure_model_parallel_initialized(1, 1)
+            _VLLM_DIST.append(True)
+        from vllm.model_executor.models.llama import LlamaForCausalLM
+
+        model = LlamaForCausalLM(vllm_config=config)
+        worker = env.worker_manager.LRUCacheWorkerLoRAManager(
+            config, torch.device("cpu"), getattr(model, "embedding_modules", {}))
+        worker.create_lora_manager(model, config)
+    worker.vllm_config = config
+    return worker
+
+
+def vllm_request(name: str, lora_id: int, path: Path | str) -> Any:
+    """The ``LoRARequest`` a vLLM client sends (``--lora-modules name=path``)."""
+    return vllm_env().LoRARequest(name, lora_id, str(path))

@@ -1,0 +1,5 @@
+"""The one name sglang imports from here."""
+
+from .functional import InterpolationMode
+
+__all__ = ["InterpolationMode"]

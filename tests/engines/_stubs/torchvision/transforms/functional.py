@@ -1,0 +1,13 @@
+"""``InterpolationMode``, as sglang's multimodal helpers import it (values only)."""
+
+import enum
+
+
+class InterpolationMode(enum.Enum):
+    NEAREST = "nearest"
+    NEAREST_EXACT = "nearest-exact"
+    BILINEAR = "bilinear"
+    BICUBIC = "bicubic"
+    BOX = "box"
+    HAMMING = "hamming"
+    LANCZOS = "lanczos"

@@ -1,0 +1,17 @@
+"""The engine tier: the real vLLM and sglang LoRA modules, on a CPU (see ``_harness.py``).
+
+It runs where the engines are installed (``tests/engines/requirements.txt``; the README's
+"Engine tier" command builds that environment); elsewhere every module of the tier is skipped
+with the reason, and nothing of the engines is imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+# nothing of the tier downloads: a name that is not a local folder must not reach the Hub
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+collect_ignore = ["_harness.py", "_stubs", "requirements.txt"]
+

@@ -1,0 +1,248 @@
+"""lora_guard's sglang integration on the real sglang 0.5.23 LoRA manager and memory pool.
+
+A server is a real ``LoRAManager`` over sglang's own tiny Llama (`_harness.sglang_server`),
+started with ``--max-lora-rank`` / ``--lora-target-modules`` / ``--lora-paths`` as a user
+starts one; adapters are real PEFT adapters.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import warnings
+
+import pytest
+
+if importlib.util.find_spec("sglang") is None:
+    pytest.skip("sglang is not installed: the engine tier runs in its own environment "
+                "(tests/engines/run builds it and runs the tier)", allow_module_level=True)
+
+torch = pytest.importorskip("torch")
+
+import _harness as h  # noqa: E402
+
+import lora_guard as lg  # noqa: E402
+from lora_guard.integrations import sglang as sglang_guard  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("sglang")  # one process per engine (see _harness)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return h.sglang_env()
+
+
+@pytest.fixture
+def guard(env):
+    sglang_guard.instrument()
+    yield sglang_guard.INTEGRATION
+    sglang_guard.uninstrument()
+
+
+# --- every hook the integration claims attaches on the real release ------------------------------
+
+def test_every_hook_attaches_on_the_installed_release(env):
+    for module in {p.module for p in sglang_guard.INTEGRATION.patches}:
+        importlib.import_module(module)  # the Inkling model's module is imported on demand
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an IntegrationWarning would fail here
+        report = sglang_guard.INTEGRATION.instrument()
+    try:
+        assert env.version == "0.5.23"
+        assert report.missing == {} and report.pending == (), report
+        assert set(report.attached) == {f"{p.module}:{p.path}"
+                                        for p in sglang_guard.INTEGRATION.patches}
+        assert report.supported is True
+    finally:
+        sglang_guard.uninstrument()
+
+
+# --- start-up: --lora-paths, loaded inside LoRAManager.__init__ ----------------------------------
+
+def test_a_start_up_adapter_above_the_max_rank_stops_the_server(guard, tmp_path):
+    big = h.peft_adapter(tmp_path / "big", r=64)
+
+    with pytest.raises(lg.AdapterError) as caught:
+        h.sglang_server(max_lora_rank=16, target_modules={"q_proj", "v_proj"},
+                        lora_paths=[h.sglang_ref("big", big)])
+
+    assert caught.value.violations[0].code == "LG101"
+    assert "adapter 'big'" in str(caught.value) and "16" in str(caught.value)
+
+
+def test_without_lora_guard_sglang_starts_with_that_adapter_in_silence(env, tmp_path):
+    big = h.peft_adapter(tmp_path / "big", r=64)
+
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"q_proj", "v_proj"},
+                              lora_paths=[h.sglang_ref("big", big)])
+
+    assert "big" in manager.loras and manager.max_lora_rank == 16  # the rank-16 pool, r=64
+
+
+def test_a_start_up_rank_pattern_above_the_inferred_rank_is_refused(guard, tmp_path):
+    # no --max-lora-rank: sglang sizes the pool from r (8), the q_proj tensors are rank 32
+    sneaky = h.peft_adapter(tmp_path / "sneaky", r=8, rank_pattern={"q_proj": 32, "v_proj": 32})
+
+    with pytest.raises(lg.AdapterError, match="rank 32"):
+        h.sglang_server(max_lora_rank=None, target_modules=None,
+                        lora_paths=[h.sglang_ref("sneaky", sneaky)])
+
+
+def test_good_start_up_adapters_start_the_server_with_no_violation(guard, tmp_path):
+    a = h.peft_adapter(tmp_path / "a", r=8)
+    b = h.peft_adapter(tmp_path / "b", r=16, seed=1)
+
+    with lg.recording() as seen:
+        manager = h.sglang_server(max_lora_rank=16, target_modules={"q_proj", "v_proj"},
+                                  lora_paths=[h.sglang_ref("a", a), h.sglang_ref("b", b)])
+        manager.fetch_new_loras({"a", "b"})
+
+    assert seen.violations == []
+    assert set(manager.loras) == {"a", "b"}
+    assert set(manager.memory_pool.uid_to_buffer_id) == {"a", "b"}
+
+
+# --- dynamic loads, unload, swap ----------------------------------------------------------------
+
+@pytest.mark.lora_guard(expect=["LG101"])  # sglang turns the refusal into a failed result
+def test_a_dynamic_load_above_the_max_rank_is_a_failed_result_with_the_full_message(
+        guard, tmp_path):
+    manager = h.sglang_server()
+    sneaky = h.peft_adapter(tmp_path / "sneaky", r=8, rank_pattern={"q_proj": 32, "v_proj": 32})
+
+    result = manager.load_lora_adapter(h.sglang_ref("sneaky", sneaky))
+
+    assert result.success is False
+    assert result.error_message.startswith("LG101 rank-exceeds-limit: adapter 'sneaky'")
+    assert manager.loras == {} and manager.configs == {} and manager.lora_refs == {}
+
+
+def test_sglang_alone_loads_that_rank_pattern_and_fails_only_when_it_is_served(env, tmp_path):
+    manager = h.sglang_server()
+    sneaky = h.peft_adapter(tmp_path / "sneaky", r=8, rank_pattern={"q_proj": 32, "v_proj": 32})
+
+    result = manager.load_lora_adapter(h.sglang_ref("sneaky", sneaky))
+    assert result.success is True  # sglang compares r only
+    with pytest.raises(AssertionError, match="does not match weight shape"):
+        manager.fetch_new_loras({"sneaky"})
+
+
+def test_load_serve_unload_and_swap_give_no_violation(guard, tmp_path):
+    manager = h.sglang_server(max_loras_per_batch=2)
+    a = h.peft_adapter(tmp_path / "a", r=8)
+    b = h.peft_adapter(tmp_path / "b", r=4, seed=1)
+    c = h.peft_adapter(tmp_path / "c", r=16, seed=2)
+
+    with lg.recording() as seen:
+        assert manager.load_lora_adapter(h.sglang_ref("a", a)).success
+        assert manager.load_lora_adapter(h.sglang_ref("b", b)).success
+        manager.fetch_new_loras({"a"})
+        manager.fetch_new_loras({"b"})  # evicts a (LRU) into the one free adapter slot
+        assert manager.unload_lora_adapter(h.sglang_ref("a", a)).success
+        assert manager.load_lora_adapter(h.sglang_ref("c", c)).success  # the swap
+        manager.fetch_new_loras({"c"})
+
+    assert seen.violations == []
+    assert set(manager.loras) == {"b", "c"}
+    pool = manager.memory_pool
+    assert {pool.buffer_id_to_uid[i]: i for i in range(2)} == dict(pool.uid_to_buffer_id)
+
+
+@pytest.mark.lora_guard(expect=["LG101", "LG105"])  # both refusals are failed results
+def test_a_refused_load_leaves_the_pool_bitwise_unchanged_and_no_half_registered_adapter(
+        guard, tmp_path):
+    manager = h.sglang_server()
+    good = h.peft_adapter(tmp_path / "good", r=8)
+    assert manager.load_lora_adapter(h.sglang_ref("good", good)).success
+    manager.fetch_new_loras({"good"})
+    before = h.pool_snapshot(manager)
+    maps = (dict(manager.memory_pool.uid_to_buffer_id), list(manager.memory_pool.buffer_id_to_uid))
+    dora = h.peft_adapter(tmp_path / "dora", r=8, use_dora=True)
+    big = h.peft_adapter(tmp_path / "big", r=64)
+
+    for name, path in (("dora", dora), ("big", big)):
+        result = manager.load_lora_adapter(h.sglang_ref(name, path))
+        assert result.success is False and result.error_message.startswith("LG1")
+        for registry in (manager.configs, manager.loras, manager.lora_refs):
+            assert name not in registry
+
+    after = h.pool_snapshot(manager)
+    assert after.keys() == before.keys()
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    assert (dict(manager.memory_pool.uid_to_buffer_id),
+            list(manager.memory_pool.buffer_id_to_uid)) == maps
+
+
+# --- batch preparation -------------------------------------------------------------------------
+
+def test_a_batch_with_more_adapters_than_slots_is_refused_before_sglangs_assert(
+        guard, tmp_path):
+    manager = h.sglang_server(max_loras_per_batch=2)
+    for i in range(3):
+        path = h.peft_adapter(tmp_path / f"a{i}", r=4, seed=i)
+        assert manager.load_lora_adapter(h.sglang_ref(f"a{i}", path)).success
+
+    with pytest.raises(lg.RegistryError, match="LG201"):
+        manager.memory_pool.prepare_lora_batch(
+            cur_uids={"a0", "a1", "a2"}, lora_adapters=manager.loras,
+            lora_modules=manager.lora_modules, lora_refs=dict(manager.lora_refs),
+            lora_embed_tokens_module=None, lora_lm_head_module=None)
+    assert set(manager.memory_pool.uid_to_buffer_id) == {None}  # nothing was loaded
+
+
+# --- pinned lookups (sglang 0.5.23 pins per adapter: layer.pinned_weights) -----------------------
+
+def test_a_normal_load_with_per_adapter_pinned_weights_gives_no_false_lg003(guard, tmp_path):
+    manager = h.sglang_server()
+    pool = manager.memory_pool
+    a = h.peft_adapter(tmp_path / "a", r=8)
+    assert manager.load_lora_adapter(h.sglang_ref("a", a)).success
+    layer = manager.loras["a"].layers[0]
+    name, weight = next(iter(layer.weights.items()))
+    # the adapter's own store holds what sglang staged for this name before (a slice of
+    # the stacked qkv weight); the engine does not consult it here (no overlap loading)
+    layer.pinned_weights[name] = weight[:1].clone()
+
+    with lg.recording() as seen:
+        served = pool._get_maybe_cached_weight_for_transfer(layer.pinned_weights, name, weight)
+
+    assert served is weight  # the engine returns the right weight...
+    assert seen.violations == []  # ...so lora_guard has nothing to say
+
+
+def test_a_pinned_store_the_engine_does_consult_is_still_guarded(guard, tmp_path, monkeypatch):
+    manager = h.sglang_server()
+    pool = manager.memory_pool
+    monkeypatch.setattr(pool, "pin_memory_available", True)
+    monkeypatch.setattr(pool, "enable_lora_overlap_loading", True)
+    store = {"w": torch.zeros(4, 64)}
+
+    with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
+        pool._get_maybe_cached_weight_for_transfer(store, "w", torch.zeros(8, 64))
+    assert store["w"].shape == (4, 64)
+
+
+# --- the Inkling shared sink, version 2 ----------------------------------------------------------
+
+def _bare_sink(cls, n: int):
+    sink = cls.__new__(cls)
+    torch.nn.Module.__init__(sink)
+    sink.n_shared_experts = n
+    sink._down_cat = None
+    return sink
+
+
+def _sink_buffers(slots: int, n: int, rank: int, hidden: int = 64, f: int = 32):
+    return (torch.zeros(slots, 1, 2 * rank, hidden), torch.zeros(slots, n, 2 * f, rank),
+            torch.zeros(slots, n, rank, f), torch.zeros(slots, 1, hidden, rank))
+
+
+def test_the_inkling_v2_sink_is_guarded_and_refuses_a_rank_change(guard, env):
+    from sglang.srt.models.inkling_common import lora as inkling
+
+    assert "sglang.srt.models.inkling_common.lora:InklingBatchDenseMLPWithLoRAV2.set_lora_info" \
+        in sglang_guard.INTEGRATION.patched
+    sink = _bare_sink(inkling.InklingBatchDenseMLPWithLoRAV2, n=2)
+    with pytest.raises(lg.ShapeContractError, match="LG004"):  # outer 3: neither 1 nor n
+        sink.set_lora_info(torch.zeros(2, 3, 16, 64), *_sink_buffers(2, 2, 8)[1:])
+    assert sink._down_cat is None  # refused before the layer touched anything

@@ -1,0 +1,169 @@
+"""lora_guard's vLLM integration on the real vLLM 0.34.0 LoRA worker and model manager.
+
+A server is a real ``LRUCacheWorkerLoRAManager`` with its model manager over vLLM's own tiny
+Llama (`_harness.vllm_server`), as a GPU worker builds it; adapters are real PEFT adapters.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import warnings
+
+import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip("vllm is not installed: the engine tier runs in its own environment "
+                "(tests/engines/run builds it and runs the tier)", allow_module_level=True)
+
+torch = pytest.importorskip("torch")
+
+import _harness as h  # noqa: E402
+
+import lora_guard as lg  # noqa: E402
+from lora_guard.integrations import vllm as vllm_guard  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("vllm")  # one process per engine (see _harness)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return h.vllm_env()
+
+
+@pytest.fixture
+def guard(env):
+    vllm_guard.instrument()
+    yield vllm_guard.INTEGRATION
+    vllm_guard.uninstrument()
+
+
+@pytest.fixture
+def base(tmp_path):
+    return h.vllm_base_dir(tmp_path)
+
+
+def lora_weights(worker) -> dict[str, torch.Tensor]:
+    """Every LoRA weight slot of the served model (what a refused load must not touch)."""
+    out = {}
+    for name, tensor in worker._adapter_manager.model.named_buffers():
+        out[name] = tensor.detach().clone()
+    for name, module in worker._adapter_manager.modules.items():
+        for attr in ("lora_a_stacked", "lora_b_stacked"):
+            stacked = getattr(module, attr, None)
+            tensors = [stacked] if isinstance(stacked, torch.Tensor) else list(stacked or ())
+            for i, tensor in enumerate(tensors):
+                out[f"{name}.{attr}.{i}"] = tensor.detach().clone()
+    return out
+
+
+def test_every_hook_attaches_on_the_installed_release(env):
+    for module in {p.module for p in vllm_guard.INTEGRATION.patches}:
+        importlib.import_module(module)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = vllm_guard.INTEGRATION.instrument()
+    try:
+        assert env.version.startswith("0.34.0")
+        assert report.missing == {} and report.pending == (), report
+        assert report.supported is True
+    finally:
+        vllm_guard.uninstrument()
+
+
+def test_the_supported_range_is_the_release_the_tier_tests(env):
+    # vLLM before 0.34 kept LoRAModel in vllm.lora.models: a hook on lora_model never fires
+    assert vllm_guard.INTEGRATION.supports(env.version)
+    assert not vllm_guard.INTEGRATION.supports("0.11.2")
+    assert vllm_guard.INTEGRATION.supported_range == ">=0.34.0,<0.34.1"
+
+
+def test_a_good_adapter_loads_activates_and_swaps_with_no_violation(guard, base, tmp_path):
+    worker = h.vllm_server(base, max_loras=2, max_cpu_loras=3)
+    paths = [h.peft_adapter(tmp_path / f"a{i}", r=4 * (i + 1), seed=i) for i in range(3)]
+
+    with lg.recording() as seen:
+        for i, path in enumerate(paths):
+            assert worker.add_adapter(h.vllm_request(f"a{i}", i + 1, path))
+        worker.set_active_adapters({h.vllm_request("a2", 3, paths[2]),
+                                    h.vllm_request("a0", 1, paths[0])}, None)
+        assert worker.remove_adapter(2)
+
+    assert seen.violations == []
+    table = worker._adapter_manager.lora_index_to_id
+    assert sorted(x for x in table if x is not None) == sorted(
+        worker._adapter_manager._active_adapters)
+
+
+def test_a_rank_pattern_above_max_lora_rank_is_refused_and_the_server_is_untouched(
+        guard, base, tmp_path):
+    worker = h.vllm_server(base)
+    good = h.peft_adapter(tmp_path / "good", r=8)
+    assert worker.add_adapter(h.vllm_request("good", 1, good))
+    before, adapters = lora_weights(worker), set(worker.list_adapters())
+    slots = list(worker._adapter_manager.lora_index_to_id)
+    for name, kwargs in (("sneaky", dict(r=8, rank_pattern={"q_proj": 32})),
+                         ("dora", dict(r=8, use_dora=True))):
+        bad = h.peft_adapter(tmp_path / name, **kwargs)
+
+        with pytest.raises(ValueError):  # vLLM's own refusal, or lora_guard's first
+            worker.add_adapter(h.vllm_request(name, 2, bad))
+
+    after = lora_weights(worker)
+    assert set(worker.list_adapters()) == adapters
+    assert list(worker._adapter_manager.lora_index_to_id) == slots
+    assert all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_from_local_checkpoint_called_directly_knows_the_max_rank(guard, env, tmp_path):
+    # an offline tool that reads the adapter with vLLM's own loader, outside a worker
+    path = h.peft_adapter(tmp_path / "wide", r=8, rank_pattern={"v_proj": 32})
+    helper = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)
+
+    with pytest.raises(lg.AdapterError, match=r"LG101.*rank 32.*max rank 16"):  # the default
+        env.lora_model.LoRAModel.from_local_checkpoint(
+            str(path), {"q_proj", "k_proj", "v_proj", "o_proj"}, helper, device="cpu",
+            dtype=torch.float32)
+
+
+def test_from_local_checkpoint_takes_the_max_rank_the_helper_was_validated_for(
+        guard, env, tmp_path):
+    path = h.peft_adapter(tmp_path / "wide", r=8, rank_pattern={"v_proj": 32})
+    helper = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)
+    helper.validate_legal(env.LoRAConfig(max_lora_rank=64, lora_dtype=torch.float32))
+    small = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)
+    with pytest.raises(ValueError, match="greater than max_lora_rank"):
+        small.validate_legal(env.LoRAConfig(max_lora_rank=16, lora_dtype=torch.float32))
+
+    with lg.recording() as seen:
+        env.lora_model.LoRAModel.from_local_checkpoint(
+            str(path), {"q_proj", "k_proj", "v_proj", "o_proj"}, helper, device="cpu",
+            dtype=torch.float32)
+    assert seen.violations == []
+
+
+def test_a_sequence_classification_adapter_with_score_saved_loads_clean(guard, env, tmp_path):
+    lora_config = env.LoRAConfig(max_lora_rank=16, lora_dtype=torch.float32)
+    path = h.peft_adapter(tmp_path / "cls", r=8, task_type="SEQ_CLS")
+    helper = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)
+    helper.validate_legal(lora_config)  # vLLM 0.34 serves score in modules_to_save
+
+    with lg.recording() as seen:
+        for expected in ({"q_proj", "k_proj", "v_proj", "o_proj", "score"},
+                         {"q_proj", "k_proj", "v_proj", "o_proj"}):
+            model = env.lora_model.LoRAModel.from_local_checkpoint(
+                str(path), expected, helper, device="cpu", dtype=torch.float32)
+            assert "score" in model.modules_to_save
+
+    assert seen.violations == []
+
+
+def test_a_sequence_classification_adapter_saving_lm_head_is_still_refused(
+        guard, env, tmp_path):
+    path = h.peft_adapter(tmp_path / "lm", r=8, modules_to_save=["lm_head"])
+    helper = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)
+
+    with pytest.raises(lg.AdapterError, match="LG105"):
+        env.lora_model.LoRAModel.from_local_checkpoint(
+            str(path), {"q_proj", "k_proj", "v_proj", "o_proj"}, helper, device="cpu",
+            dtype=torch.float32)

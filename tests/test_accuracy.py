@@ -1,0 +1,380 @@
+"""Checker accuracy: what `lora-guard check` used to let through, and what it wrongly refused.
+
+Each adapter is saved by PEFT itself from a tiny transformers model built from a config (no
+download), then broken as the field breaks it; each test asserts what the user sees. Every
+test here failed before the change it covers (a miss that passed clean, a false alarm, or a
+message that pointed at the wrong fix).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import warnings
+from typing import Any
+
+import pytest
+
+import lora_guard as lg
+from conftest_adapters import TINY_LLAMA
+from lora_guard._cli import main
+from lora_guard._errors import make_violation
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
+
+# These tests provoke violations on purpose and assert them: under `pytest --lora-guard`,
+# the ones the checker returns in a Report are not raised; the integration's are raised
+# and caught with pytest.raises.
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def llama(**overrides: Any) -> Any:
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**TINY_LLAMA, **overrides}))
+
+
+def save(model: Any, config: Any, folder: pathlib.Path, **save_kwargs: Any) -> pathlib.Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        get_peft_model(model, config).save_pretrained(str(folder), **save_kwargs)
+    return folder
+
+
+def check(folder: pathlib.Path, **limits: Any) -> lg.Report:
+    return lg.check_adapters([folder], lg.ServingLimits(**limits))
+
+
+def messages(report: lg.Report) -> str:
+    return "\n".join(v.message for v in report.violations)
+
+
+# --- misses --------------------------------------------------------------------------------
+
+
+def test_an_adapter_whose_weights_hold_no_tensor_is_lg115(tmp_path: pathlib.Path) -> None:
+    """A ZeRO-3 save without gathering: a valid safetensors file with an empty header."""
+    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj"]), tmp_path / "zero3")
+    safetensors_torch.save_file({}, str(folder / "adapter_model.safetensors"))
+
+    report = check(folder, base_config=TINY_LLAMA)
+
+    assert report.codes() == ["LG115"]
+    assert "adapter_model.safetensors holds no tensors" in messages(report)
+    assert "gather" in report.violations[0].hint
+
+
+@pytest.mark.parametrize(("init", "method"), [("pissa", "PiSSA"), ("olora", "OLoRA")])
+def test_an_unconverted_pissa_or_olora_adapter_is_lg116(
+        tmp_path: pathlib.Path, init: str, method: str) -> None:
+    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj"],
+                                      init_lora_weights=init), tmp_path / init)
+
+    report = check(folder, base_config=TINY_LLAMA)
+
+    assert report.codes() == ["LG116"]
+    assert f"initialised with {method} (init_lora_weights='{init}') and never converted" in (
+        messages(report))
+    assert "path_initial_model_for_weight_conversion" in report.violations[0].hint
+
+
+@pytest.mark.parametrize(("init", "method"), [
+    ("pissa_niter_4", "PiSSA"), ("corda", "CorDA"), ("loftq", "LoftQ"), ("lora_ga", "LoRA-GA")])
+def test_every_base_rewriting_init_is_named(tmp_path: pathlib.Path, init: str,
+                                            method: str) -> None:
+    """CorDA, LoftQ and LoRA-GA need data or a quantiser to run: a PEFT adapter whose config
+    says so stands for them (the weights are as such an adapter's)."""
+    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj"]), tmp_path / init)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**config,
+                                                            "init_lora_weights": init}))
+
+    report = check(folder)
+
+    assert report.codes() == ["LG116"]
+    assert f"initialised with {method}" in messages(report)
+
+
+def test_a_converted_pissa_adapter_serves_on_the_original_base(tmp_path: pathlib.Path) -> None:
+    """PEFT's documented conversion: save the initial adapter, then the trained one with
+    path_initial_model_for_weight_conversion; the result is a plain LoRA of twice the rank."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = get_peft_model(llama(), LoraConfig(r=8, target_modules=["q_proj"],
+                                                   init_lora_weights="pissa"))
+        model.peft_config["default"].init_lora_weights = True
+        model.save_pretrained(str(tmp_path / "init"))
+        model.peft_config["default"].init_lora_weights = "pissa"
+        for name, param in model.named_parameters():
+            if "lora_" in name:
+                param.data += 0.01  # "training"
+        model.save_pretrained(str(tmp_path / "converted"),
+                              path_initial_model_for_weight_conversion=str(tmp_path / "init"))
+
+    report = check(tmp_path / "converted", base_config=TINY_LLAMA)
+
+    assert report.ok, messages(report)
+    assert report.adapters[0].rank == 16
+
+
+def _other_methods() -> list[tuple[str, Any]]:
+    return [
+        ("LoHa", peft.LoHaConfig(r=8, target_modules=["q_proj"])),
+        ("LoKr", peft.LoKrConfig(r=8, target_modules=["q_proj"])),
+        ("IA3", peft.IA3Config(target_modules=["q_proj", "down_proj"],
+                               feedforward_modules=["down_proj"])),
+        ("VeRA", peft.VeraConfig(r=8, target_modules=["q_proj"])),
+        ("AdaLoRA", peft.AdaLoraConfig(r=8, target_modules=["q_proj"], total_step=10)),
+        ("OFT", peft.OFTConfig(oft_block_size=8, target_modules=["q_proj"])),
+        ("BOFT", peft.BOFTConfig(boft_block_size=4, target_modules=["q_proj"])),
+    ]
+
+
+@pytest.mark.parametrize(("method", "config"), _other_methods(), ids=lambda x: str(x)[:8])
+def test_another_peft_method_is_lg117_named_with_its_method(
+        tmp_path: pathlib.Path, method: str, config: Any) -> None:
+    folder = save(llama(), config, tmp_path / method)
+
+    report = check(folder, base_config=TINY_LLAMA)
+
+    assert report.codes() == ["LG117"]
+    text = messages(report)
+    assert f"is {method}, another PEFT method than LoRA" in text
+    assert "the server serves LoRA only" in text
+    with pytest.raises(lg.AdapterError, match="serves LoRA only") as caught:
+        lg.inspect_adapter(folder)
+    assert caught.value.code == "LG117"
+
+
+def _llava() -> Any:
+    vision = transformers.CLIPVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        image_size=32, patch_size=8, projection_dim=32)
+    config = transformers.LlavaConfig(
+        text_config=transformers.LlamaConfig(**TINY_LLAMA).to_dict(),
+        vision_config=vision.to_dict(), image_token_index=3)
+    torch.manual_seed(0)
+    return transformers.LlavaForConditionalGeneration(config), config
+
+
+def test_vision_tower_weights_on_a_text_only_base_are_lg109(tmp_path: pathlib.Path) -> None:
+    """A LoRA trained on LLaVA adapts the CLIP tower too; served on the text-only Llama
+    it was built on, the tower weights apply to nothing."""
+    model, config = _llava()
+    folder = save(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"]), tmp_path / "vlm")
+
+    assert check(folder, base_config=config.to_dict()).ok  # on its own multimodal base
+    report = check(folder, base_config={**TINY_LLAMA, "model_type": "llama"})
+
+    assert set(report.codes()) == {"LG109"}
+    text = messages(report)
+    assert "vision_tower" in text and "adapts a vision tower" in text
+    assert "no vision_config" in text
+    assert "multimodal base model" in report.violations[0].hint
+
+
+def test_gpt2_module_names_on_a_llama_base_are_lg109_even_when_the_sizes_match(
+        tmp_path: pathlib.Path) -> None:
+    """GPT-2's c_fc maps hidden 64 to 4 x 64 = 256, exactly a Llama MLP of intermediate 256:
+    every size fits, but no Llama module is called c_fc, so nothing would apply it."""
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=64, bos_token_id=0,
+        eos_token_id=0))
+    folder = save(gpt2, LoraConfig(r=8, target_modules=["c_fc"], fan_in_fan_out=True),
+                  tmp_path / "gpt2")
+    base = {**TINY_LLAMA, "intermediate_size": 256, "model_type": "llama"}
+
+    report = check(folder, base_config=base)
+
+    assert report.codes() == ["LG109"]
+    text = messages(report)
+    assert "transformer.h.0.mlp.c_fc (and 1 more) is not a module of the base model's " \
+           "architecture (llama" in text
+    assert "named like q_proj, k_proj, v_proj, o_proj" in text
+    gpt2_base = gpt2.config.to_dict()
+    assert check(folder, base_config=gpt2_base).ok  # on its own architecture
+
+
+def test_embedding_base_weights_in_an_adapter_are_lg118_with_their_cost(
+        tmp_path: pathlib.Path) -> None:
+    """Targeting embed_tokens makes PEFT save the whole base embedding too
+    (save_embedding_layers='auto'); a server drops it and keeps its own."""
+    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "embed_tokens"]),
+                  tmp_path / "emb")
+
+    report = check(folder)
+
+    assert report.codes() == ["LG118"]
+    text = messages(report)
+    assert "model.embed_tokens.base_layer.weight ((128, 64), 32,768 bytes, 70% of the " \
+           "weights file)" in text
+    assert report.violations[0].details["bytes"] == 128 * 64 * 4
+    assert "save_embedding_layers=False" in report.violations[0].hint
+    # against the base model's config, its vocabulary is compared instead: same vocab, clean
+    assert check(folder, base_config=TINY_LLAMA).ok
+    resized = check(folder, base_config={**TINY_LLAMA, "vocab_size": 160})
+    assert "LG109" in resized.codes() and "LG118" not in resized.codes()
+    # saved without them, the adapter is lighter and clean without a base config too
+    lighter = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "embed_tokens"]),
+                   tmp_path / "light", save_embedding_layers=False)
+    assert check(lighter).ok
+
+
+def test_modules_to_save_weights_are_named_with_their_bytes(tmp_path: pathlib.Path) -> None:
+    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj"],
+                                      modules_to_save=["lm_head"]), tmp_path / "head")
+
+    report = check(folder)
+
+    assert report.codes() == ["LG105"]
+    text = messages(report)
+    assert "lm_head.weight (128, 64) (32,768 bytes, " in text
+    assert "--allow modules_to_save" in report.violations[0].hint
+    assert check(folder, allow={"modules_to_save"}).ok
+
+
+def test_alpha_zero_is_lg121_the_adapter_adds_nothing(tmp_path: pathlib.Path) -> None:
+    folder = save(llama(), LoraConfig(r=8, lora_alpha=0, target_modules=["q_proj"]),
+                  tmp_path / "alpha0")
+
+    report = check(folder)
+
+    assert report.codes() == ["LG121"]
+    assert "lora_alpha is 0, so the scaling alpha/r of model.layers.0.self_attn.q_proj " \
+           "(and 1 more) is 0" in messages(report)
+
+
+def test_peft_loading_a_4_layer_adapter_into_a_2_layer_model_is_lg109(
+        tmp_path: pathlib.Path) -> None:
+    from lora_guard.integrations import peft as peft_guard
+
+    folder = save(llama(num_hidden_layers=4), LoraConfig(r=8, target_modules=["q_proj"]),
+                  tmp_path / "deep")
+    peft_guard.instrument()
+    try:
+        with pytest.raises(lg.AdapterError) as caught:
+            PeftModel.from_pretrained(llama(), str(folder))
+    finally:
+        peft_guard.uninstrument()
+    assert caught.value.code == "LG109"
+    assert "layers.3.self_attn.q_proj.lora_A.weight (and 1 more) is for layer 3, but the " \
+           "base model has 2 layers" in str(caught.value)
+
+
+# --- false alarms --------------------------------------------------------------------------
+
+
+class _GroupedConv(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, groups=4)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x: Any) -> Any:
+        return self.head(self.conv(x).mean((2, 3)))
+
+
+def test_a_conv_lora_with_groups_is_not_lg102(tmp_path: pathlib.Path) -> None:
+    """PEFT gives lora_B the base conv's groups: B has r / groups in channels."""
+    torch.manual_seed(0)
+    folder = save(_GroupedConv(), LoraConfig(r=8, target_modules=["conv"]), tmp_path / "conv")
+    spec = lg.inspect_adapter(folder)
+    module = spec.modules["conv"]
+    assert module.a_shape == (8, 8, 3, 3) and module.b_shape == (16, 2, 1, 1)
+
+    assert check(folder).ok, messages(check(folder))
+
+    from lora_guard.integrations import peft as peft_guard
+
+    peft_guard.instrument()
+    try:
+        torch.manual_seed(0)
+        loaded = PeftModel.from_pretrained(_GroupedConv(), str(folder))
+    finally:
+        peft_guard.uninstrument()
+    assert loaded(torch.zeros(1, 8, 5, 5)).shape == (1, 4)
+
+
+def test_a_conv_lora_whose_halves_really_disagree_is_still_lg102(tmp_path: pathlib.Path) -> None:
+    torch.manual_seed(0)
+    folder = save(_GroupedConv(), LoraConfig(r=8, target_modules=["conv"]), tmp_path / "conv")
+    tensors = safetensors_torch.load_file(str(folder / "adapter_model.safetensors"))
+    key = "base_model.model.conv.lora_B.weight"
+    tensors[key] = torch.zeros(16, 3, 1, 1)  # 8 / 3: no groups give that
+    safetensors_torch.save_file(tensors, str(folder / "adapter_model.safetensors"))
+
+    assert check(folder).codes() == ["LG102"]
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+def test_an_allowed_ranks_violation_is_not_a_max_rank_one(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj"]), tmp_path / "r8")
+
+    report = check(folder, allowed_ranks=(4, 16))
+
+    assert report.codes() == ["LG101"]
+    v = report.violations[0]
+    assert "rank 8 of model.layers.0.self_attn.q_proj is not one of the served ranks [4, 16]" \
+        in v.message
+    assert "above" not in v.message and "--max-rank" not in v.hint
+    assert "--allowed-ranks" in v.hint
+    over = check(folder, max_rank=4).violations[0]
+    assert "above the served max rank 4" in over.message and "--max-lora-rank" in over.hint
+
+
+@pytest.mark.parametrize(("edit", "feature", "allow_name"), [
+    ({"use_dora": True}, "DoRA", "dora"),
+    ({"lora_bias": True}, "a LoRA bias", "lora_bias"),
+    ({"bias": "all"}, "trained biases", "bias"),
+    ({"layer_replication": [[0, 2]]}, "layer replication", "layer_replication"),
+])
+def test_lg105s_fix_names_the_feature_found(tmp_path: pathlib.Path, edit: dict[str, Any],
+                                            feature: str, allow_name: str) -> None:
+    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj"]), tmp_path / allow_name)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**config, **edit}))
+
+    report = check(folder)
+
+    assert report.codes() == ["LG105"]
+    hint = report.violations[0].hint
+    assert f"Retrain without {feature}" in hint
+    assert f"--allow {allow_name}" in hint and f"allow={{'{allow_name}'}}" in hint
+    assert "dora" not in hint or allow_name == "dora"
+    assert check(folder, allow={allow_name}).ok
+
+
+def test_the_cli_prints_the_fix_for_what_was_found(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj"]), tmp_path / "r8")
+    assert main(["check", str(folder), "--allowed-ranks", "4,16"]) == 1
+    out = capsys.readouterr().out
+    assert "not one of the served ranks [4, 16]" in out and "--allowed-ranks" in out
+
+
+def test_a_dtype_violation_is_recorded_once_and_its_fix_is_about_dtypes() -> None:
+    @lg.shapes(a="n r", dtypes=("float32",))
+    def set_lora(a: Any) -> None: ...
+
+    with lg.recording() as rec, pytest.raises(lg.ShapeContractError) as caught:
+        set_lora(torch.zeros(2, 3, dtype=torch.float16))
+
+    assert [v.code for v in rec.violations] == ["LG004"]
+    assert "has dtype float16, but the guard allows ['float32']" in str(caught.value)
+    assert "dtype" in caught.value.hint and "shapes match" not in caught.value.hint
+
+
+def test_numbers_thousands_of_digits_long_are_shortened_in_messages() -> None:
+    v = make_violation("LG109", "layer", "adapter 'a'", key="k", layer=10**4000, layers=2)
+    assert "10000...0000 (4,001 digits)" in v.message and len(v.message) < 200
+    past_the_limit = make_violation("LG101", "max", "adapter 'a'", rank=10**5000,
+                                    module="m", max_rank=16)
+    assert "an integer of about 5,000 digits" in past_the_limit.message
