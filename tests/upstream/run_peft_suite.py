@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             command = [
                 sys.executable, "-m", "pytest", path, "-k", expression,
                 "-o", "addopts=", "-p", "no:cacheprovider", "--import-mode=prepend",
-                "-q", "--disable-warnings", "-n", args.n, "--lora-guard", "--lora-guard-instrument=peft",
+                "-q", "--disable-warnings", "-n", args.n,
+                "--lora-guard", "--lora-guard-instrument=peft",
                 *args.pytest_args,
             ]
             print(f"PEFT {version}: {' '.join(command[3:])}", flush=True)
