@@ -453,8 +453,8 @@ def _conv_groups(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
                  found: list[Violation], grouped: _Grouped) -> None:
     a, b = module.a_shape, module.b_shape
-    if a is None or b is None or spec.config.get("use_bdlora"):
-        return  # BD-LoRA's block-diagonal halves have other shapes by design (LG105 says so)
+    if a is None or b is None:
+        return
     if module.kind == "moe-packed":
         factor = 2 if "gate_up" in module.target or "w13" in module.target else 1
         rank_a = a[-2] // factor if len(a) == 3 else None
@@ -741,9 +741,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
         if module.rank:
             ranks.setdefault(module.rank, module.module)
         # LG109: fit to the base model (its live modules, its config, or its vocab alone)
-        if spec.config.get("use_bdlora"):
-            pass  # block-diagonal halves: their dims are blocks of the module's (LG105)
-        elif module_dims is not None and module.module in module_dims:
+        if module_dims is not None and module.module in module_dims:
             _check_fit(module, *module_dims[module.module], grouped)
         elif limits.base is not None:
             _check_base(subject, module, limits.base, grouped)

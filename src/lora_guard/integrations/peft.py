@@ -139,8 +139,6 @@ def _base_layer(module: Any) -> Any:
 def _module_dims(model: Any, spec: AdapterSpec) -> dict[str, tuple[Expected, Expected]]:
     """Each adapter module's in/out dims on the live model, for the checker's LG109."""
     dims: dict[str, tuple[Expected, Expected]] = {}
-    if spec.config.get("target_parameters") or spec.config.get("use_bdlora"):
-        return dims  # LoRA on parameters follows each parameter; BD-LoRA's halves are blocks
     for path in spec.modules:
         try:
             wrapper = model.get_submodule(f"base_model.model.{path}")
