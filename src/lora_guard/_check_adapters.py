@@ -8,7 +8,7 @@ import stat
 import types
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from ._adapters import (
@@ -56,6 +56,7 @@ _FEATURE_TEXT = {
     "alora": "activated LoRA",
     "layer_replication": "layer replication",
     "qalora": "QALoRA",
+    "bdlora": "block-diagonal LoRA (BD-LoRA)",
 }
 
 
@@ -88,7 +89,7 @@ class ServingLimits:
     base model's Hugging Face ``config.json`` (a path, a folder holding it, or a dict).
     ``allow`` names config features the server does implement (``dora``, ``lora_bias``,
     ``bias``, ``modules_to_save``, ``trainable_tokens``, ``peft_type``, ``alora``,
-    ``layer_replication``, ``qalora``); any other feature in use is LG105.
+    ``layer_replication``, ``qalora``, ``bdlora``); any other feature in use is LG105.
 
     Example:
         >>> import lora_guard as lg
@@ -630,6 +631,36 @@ def _served(module: LoRAModuleSpec, served: frozenset[str]) -> bool:
     return module.kind in ("moe-flat", "moe-packed") and "experts" in served
 
 
+def _block_diagonal(spec: AdapterSpec, module: LoRAModuleSpec) -> LoRAModuleSpec:
+    """The dense factors a BD-LoRA module (PEFT's ``use_bdlora``) stands for.
+
+    A block-diagonal factor is saved as its ``nblocks`` blocks side by side: A ``(r, in / n)``
+    for the modules of ``target_modules_bd_a``, B ``(out, r / n)`` for ``target_modules_bd_b``
+    (matched as PEFT matches them: the pattern is a substring of the module name). The checks
+    compare the dense shapes with the config and the base model.
+    """
+    bd = spec.config.get("use_bdlora")
+    if not isinstance(bd, dict):
+        return module
+    n = bd.get("nblocks", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 1:
+        return module
+
+    def listed(key: str) -> bool:
+        patterns = bd.get(key) or []
+        return isinstance(patterns, list) and any(
+            isinstance(p, str) and p in module.module for p in patterns)
+
+    a, b = module.a_shape, module.b_shape
+    if a is not None and len(a) == 2 and listed("target_modules_bd_a"):
+        a = (a[0], a[1] * n)
+    if b is not None and len(b) == 2 and listed("target_modules_bd_b"):
+        b = (b[0], b[1] * n)
+    if (a, b) == (module.a_shape, module.b_shape):
+        return module
+    return replace(module, a_shape=a, b_shape=b)
+
+
 def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                 vocab_size: int | None = None,
                 module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
@@ -689,6 +720,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     empty_set = set(empty)
     ranks: dict[int, str] = {}
     for module in spec.modules.values():
+        module = _block_diagonal(spec, module)
         # LG103: orphan halves
         if module.a_key is None or module.b_key is None:
             embedding = module.kind == "embedding"
@@ -836,6 +868,7 @@ def check_adapters(
     limits: ServingLimits | None = None,
     *,
     progress: Callable[[int, int], None] | None = None,
+    scan_values: bool = False,
 ) -> Report:
     """Check a set of adapters against what a server serves; never raises for a bad adapter.
 
@@ -844,6 +877,11 @@ def check_adapters(
     searched); `AdapterSpec` objects are checked as they are. A path that holds no readable
     adapter is itself reported (LG108). Every check of LG101-LG110 runs on each adapter, then
     LG110 and LG002 across the set. ``progress(done, total)`` is called after each adapter.
+
+    ``scan_values=True`` also reads each local adapter's tensor values once, in bounded
+    chunks: a ``lora_B`` that is all zeros (LG119: the adapter does nothing) and NaN or Inf
+    values (LG120). It costs about one read of the files (see the performance page); remote
+    adapters are checked from their headers only.
 
     A path may also be remote: ``hf://ORG/REPO[@REV][/SUB]`` (or a bare Hub id ``ORG/NAME``
     that is not a local path), ``s3://BUCKET/PREFIX`` or ``https://...``, read from ranged
@@ -871,6 +909,9 @@ def check_adapters(
         )
     if progress is not None and not callable(progress):
         raise TypeError("check_adapters(progress=...) takes a callable(done, total) or None")
+    if not isinstance(scan_values, bool):
+        raise TypeError(f"check_adapters(scan_values=...) takes True or False, got "
+                        f"{scan_values!r}")
     discovered: list[tuple[str, AdapterSpec | pathlib.Path | Malformed | Future[Any]]] = []
     seen: set[str] = set()
     items = _as_list(paths_or_specs)
@@ -899,6 +940,10 @@ def check_adapters(
             try:
                 spec = target if isinstance(target, AdapterSpec) else load_spec(target)
                 found = _check_spec(subject, spec, limits)
+                if scan_values:
+                    from ._values import scan_violations  # reads values: only when asked
+
+                    found += scan_violations(spec, subject)
             except Malformed as exc:
                 found = [malformed_violation(subject, exc)]
             except (OSError, ValueError, TypeError, KeyError, AttributeError,

@@ -134,7 +134,10 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     served.add_argument("--allow", type=_name_list, metavar="F,F",
                         help="features the server implements: dora, lora_bias, bias, "
                         "modules_to_save, trainable_tokens, peft_type, alora, "
-                        "layer_replication, qalora")
+                        "layer_replication, qalora, bdlora")
+    served.add_argument("--scan-values", action="store_true",
+                        help="also read every tensor's values once (bounded memory): lora_B "
+                        "all zeros (LG119, the adapter does nothing), NaN or Inf (LG120)")
     shown = check.add_argument_group("what is reported")
     shown.add_argument("--select", type=_code_list, metavar="CODES",
                        help="report only these codes or prefixes, e.g. LG1,LG002 (default: all)")
@@ -662,7 +665,8 @@ def _run_check(args: argparse.Namespace) -> int:
     from ._remote import RemoteSetupError
 
     try:
-        report = check_adapters(paths, limits, progress=progress)
+        report = check_adapters(paths, limits, progress=progress,
+                                scan_values=bool(getattr(args, "scan_values", False)))
     except RemoteSetupError as exc:  # remote paths without the extra, or a bad setting
         raise UsageError(str(exc)) from None
     finally:

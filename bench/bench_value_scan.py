@@ -1,0 +1,134 @@
+"""What does the value scan cost? ``check_adapters(scan_values=True)`` vs reading the files once.
+
+    python bench/bench_value_scan.py [--adapters 4] [--mb 64] [--repeat 5]
+
+For each dtype (float16, bfloat16, float32): N adapters of about ``--mb`` MB each (rank 64 on
+every linear module of a 4096-wide model), their data filled with finite non-zero values.
+Times are medians of ``--repeat`` runs, cold (each file dropped from the page cache with
+``posix_fadvise(POSIX_FADV_DONTNEED)`` before each run: a first check of new uploads) and
+warm (from the page cache: the hardest case for the scan, nothing hides its CPU time behind
+the disk):
+
+- read once: every weights file read through in 4 MiB ``os.pread`` calls, nothing done;
+- check: ``check_adapters(folder)``, headers only;
+- check + scan: ``check_adapters(folder, scan_values=True)``.
+
+The scan's budget is 1.5x the time to read the files once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import lora_guard as lg
+from lora_guard._adapter_writer import write_adapter
+from lora_guard._values import CHUNK
+
+_ONE = {"float16": struct.pack("<e", 0.01), "bfloat16": struct.pack("<f", 0.01)[2:],
+        "float32": struct.pack("<f", 0.01)}
+
+
+def median(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def fill(path: pathlib.Path, value: bytes) -> None:
+    """Overwrite the data section with one finite, non-zero value (the writer leaves zeros)."""
+    with open(path, "r+b") as f:
+        length = int.from_bytes(f.read(8), "little")
+        f.seek(8 + length)
+        size = path.stat().st_size - 8 - length
+        block = value * (CHUNK // len(value))
+        while size > 0:
+            f.write(block[: min(size, len(block))])
+            size -= len(block)
+
+
+def read_once(files: list[pathlib.Path]) -> None:
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            offset = 0
+            while chunk := os.pread(fd, CHUNK, offset):
+                offset += len(chunk)
+        finally:
+            os.close(fd)
+
+
+def evict(files: list[pathlib.Path]) -> None:
+    """Drop the files from the page cache (POSIX_FADV_DONTNEED): the next read is cold."""
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def cold(fn: Callable[[], object], files: list[pathlib.Path], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        evict(files)
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--adapters", type=int, default=4)
+    parser.add_argument("--mb", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, lora_guard {lg.__version__}, "
+          f"{args.adapters} adapters of about {args.mb} MB per dtype, medians of {args.repeat}")
+    per_layer = 2 * 64 * (4 * (4096 + 4096) + 3 * (4096 + 11008))  # fp16 bytes a layer
+    for dtype, value in _ONE.items():
+        layers = max(1, round(args.mb * 1e6 / per_layer * (2 if dtype != "float32" else 1)))
+        with tempfile.TemporaryDirectory() as tmp:
+            root = pathlib.Path(tmp)
+            files = []
+            for i in range(args.adapters):
+                folder = write_adapter(
+                    root / f"a{i}", rank=64, layers=layers, hidden_size=4096,
+                    intermediate_size=11008, num_heads=32, num_kv_heads=32, dtype=dtype,
+                    targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                             "down_proj"))
+                fill(folder / "adapter_model.safetensors", value)
+                files.append(folder / "adapter_model.safetensors")
+            total = sum(p.stat().st_size for p in files)
+            assert lg.check_adapters(root, scan_values=True).ok  # warm, and finite non-zero
+            read = median(lambda files=files: read_once(files), args.repeat)
+            check = median(lambda root=root: lg.check_adapters(root), args.repeat)
+            scan = median(lambda root=root: lg.check_adapters(root, scan_values=True), args.repeat)
+            cold_read = cold(lambda files=files: read_once(files), files, args.repeat)
+            cold_scan = cold(lambda root=root: lg.check_adapters(root, scan_values=True), files,
+                             args.repeat)
+            print(f"\n{dtype}: {total / 1e6:.0f} MB in {args.adapters} files")
+            print(f"  cold (evicted from the page cache before each run): read once "
+                  f"{cold_read * 1e3:.1f} ms, check + scan {cold_scan * 1e3:.1f} ms, "
+                  f"{cold_scan / cold_read:.2f}x the read")
+            print("  warm (in the page cache):")
+            print(f"  read once       {read * 1e3:8.1f} ms  ({total / read / 1e9:5.2f} GB/s)")
+            print(f"  check           {check * 1e3:8.1f} ms")
+            print(f"  check + scan    {scan * 1e3:8.1f} ms  ({total / scan / 1e9:5.2f} GB/s)  "
+                  f"{scan / read:.2f}x the read (budget 1.5x)")
+
+
+if __name__ == "__main__":
+    main()

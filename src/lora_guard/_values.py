@@ -1,0 +1,222 @@
+"""The opt-in value scan: what the header cannot tell (``check_adapters(scan_values=True)``).
+
+An adapter that loads and does nothing is the most common silent failure: an untrained or
+lost ``lora_B`` left at zero (LG119), or weights that became NaN or Inf in training (LG120).
+Both need the values. This module streams each tensor of ``adapter_model.safetensors`` once,
+in chunks of `CHUNK` bytes (memory stays bounded whatever the file's size), without torch or
+numpy needed: a zero test is a ``memcmp`` against zeros, and a non-finite test looks at the
+exponent bits of each element, with two numpy reductions per chunk when numpy is installed
+(about the cost of reading the chunk), else through strided slices, ``bytes.translate`` and
+big-integer bit operations (pure Python, in C, about ten times slower).
+
+(A scaling of zero, ``lora_alpha`` 0, is in the config: every check reports it, LG121.)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ._adapters import AdapterSpec, Malformed, _open_regular
+from ._errors import Violation, make_violation
+from ._safetensors import HeaderError, TensorInfo, read_header_from_fd
+
+__all__ = ["CHUNK", "scan_violations", "tensor_stats"]
+
+CHUNK = 1 << 18
+"""Bytes read at a time (256 KiB, a multiple of every element width): small enough for the
+tests on a chunk to run on data still in the CPU's cache, large enough for few reads."""
+
+_WIDTH = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+_EXPONENT = {"float16": 0x7C00, "bfloat16": 0x7F80, "float32": 0x7F800000,
+             "float64": 0x7FF0000000000000}
+"""The exponent bits of each float dtype: all set in a NaN or an Inf (and nowhere else)."""
+_SIGN_BIT = {dtype: 1 << (8 * width - 1) for dtype, width in _WIDTH.items()}
+
+
+def _keep(predicate: object) -> bytes:
+    """``translate``'s delete argument that keeps the bytes ``predicate`` accepts."""
+    return bytes(b for b in range(256) if not predicate(b))  # type: ignore[operator]
+
+
+def _ones(predicate: object) -> bytes:
+    """A ``translate`` table: 1 for the bytes ``predicate`` accepts, 0 for the rest."""
+    return bytes(1 if predicate(b) else 0 for b in range(256))  # type: ignore[operator]
+
+
+# (byte index in a little-endian element, byte test) conditions whose AND marks an element.
+# Non-finite: the exponent bits all ones. Inf: that, and a zero mantissa.
+_NONFINITE = {
+    "float16": ((1, lambda b: b & 0x7C == 0x7C),),
+    "bfloat16": ((1, lambda b: b & 0x7F == 0x7F), (0, lambda b: b & 0x80)),
+    "float32": ((3, lambda b: b & 0x7F == 0x7F), (2, lambda b: b & 0x80)),
+    "float64": ((7, lambda b: b & 0x7F == 0x7F), (6, lambda b: b & 0xF0 == 0xF0)),
+}
+_INF = {
+    "float16": ((1, lambda b: b & 0x7F == 0x7C), (0, lambda b: b == 0)),
+    "bfloat16": ((1, lambda b: b & 0x7F == 0x7F), (0, lambda b: b == 0x80)),
+    "float32": ((3, lambda b: b & 0x7F == 0x7F), (2, lambda b: b == 0x80), (1, lambda b: b == 0),
+                (0, lambda b: b == 0)),
+    "float64": ((7, lambda b: b & 0x7F == 0x7F), (6, lambda b: b == 0xF0),
+                *((i, lambda b: b == 0) for i in range(6))),
+}
+_FAST = {dtype: (conds[0][0], _keep(conds[0][1])) for dtype, conds in _NONFINITE.items()}
+_TABLES = {
+    (name, dtype): tuple((index, _ones(test)) for index, test in conds)
+    for name, table in (("nonfinite", _NONFINITE), ("inf", _INF))
+    for dtype, conds in table.items()
+}
+
+
+def _count(chunk: bytes, dtype: str, kind: str) -> int:
+    """Elements of ``chunk`` meeting every condition of ``kind``: each condition's bytes
+    turned into 0/1 bytes, the results AND-ed as big integers, the set bits counted."""
+    width = _WIDTH[dtype]
+    marks = -1
+    for index, table in _TABLES[(kind, dtype)]:
+        marks &= int.from_bytes(chunk[index::width].translate(table), "little")
+        if not marks:
+            return 0
+    return int(marks.bit_count()) if marks > 0 else 0
+
+
+def _nonfinite(chunk: bytes, dtype: str) -> tuple[int, int]:
+    """(NaN, Inf) counts of one chunk; a candidate-free chunk costs one slice and one
+    ``translate`` of its exponent bytes."""
+    index, delete = _FAST[dtype]
+    if not chunk[index::_WIDTH[dtype]].translate(None, delete):
+        return 0, 0
+    bad = _count(chunk, dtype, "nonfinite")
+    inf = _count(chunk, dtype, "inf") if bad else 0
+    return bad - inf, inf
+
+
+def _numpy() -> Any:
+    """numpy when it is installed (it makes the scan about ten times faster), else None."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+_NP = _numpy()
+
+
+def _nonfinite_np(chunk: bytes, dtype: str) -> tuple[int, int]:
+    """`_nonfinite` with numpy: a chunk without NaN or Inf costs two max reductions over its
+    elements seen as signed and unsigned integers (a NaN or Inf has every exponent bit set:
+    a positive one is at least the exponent mask as a signed int, a negative one at least
+    mask | sign as an unsigned one); only a chunk that has some counts them exactly."""
+    np = _NP
+    bits = 8 * _WIDTH[dtype]
+    signed = np.frombuffer(chunk, f"<i{bits // 8}")
+    unsigned = signed.view(f"<u{bits // 8}")
+    exponent = _EXPONENT[dtype]
+    if bits >= 32:  # one BLAS pass: a NaN or Inf makes the sum of squares NaN or Inf
+        floats = signed.view(f"<f{bits // 8}")
+        if floats.size == 0 or math.isfinite(float(np.dot(floats, floats))):
+            return 0, 0  # (finite values above 1e19 overflow it: then counted exactly)
+    elif signed.size == 0 or (int(signed.max()) < exponent
+                            and int(unsigned.max()) < exponent | _SIGN_BIT[dtype]):
+        return 0, 0
+    bad = int(np.count_nonzero((unsigned & exponent) == exponent))
+    inf = int(np.count_nonzero((unsigned & (_SIGN_BIT[dtype] - 1)) == exponent))
+    return bad - inf, inf
+
+
+def tensor_stats(fd: int, start: int, info: TensorInfo) -> tuple[bool, int, int]:
+    """(all zero, NaN count, Inf count) of one tensor whose data starts at byte ``start`` of
+    the file open as ``fd``, read in chunks of `CHUNK` bytes.
+
+    Example:
+        >>> import os, tempfile, struct
+        >>> from lora_guard._safetensors import TensorInfo
+        >>> fd, path = tempfile.mkstemp()
+        >>> _ = os.write(fd, struct.pack("<4f", 0.0, float("nan"), float("inf"), 1.0))
+        >>> tensor_stats(fd, 0, TensorInfo(shape=(4,), dtype="float32", nbytes=16))
+        (False, 1, 1)
+        >>> os.close(fd); os.remove(path)
+    """
+    zero, nan, inf = True, 0, 0
+    floating = info.dtype in _WIDTH
+    count = _nonfinite_np if _NP is not None else _nonfinite
+    zeros = bytes(min(CHUNK, info.nbytes))
+    done = 0
+    while done < info.nbytes:
+        chunk = os.pread(fd, min(CHUNK, info.nbytes - done), start + done)
+        if not chunk:
+            raise OSError("the file shrank while it was scanned")
+        done += len(chunk)
+        if zero and chunk != (zeros if len(chunk) == len(zeros) else bytes(len(chunk))):
+            zero = False  # memcmp: stops at the first byte that is not zero
+        if floating:
+            more_nan, more_inf = count(chunk, info.dtype)
+            nan, inf = nan + more_nan, inf + more_inf
+    return zero, nan, inf
+
+
+def _more(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
+
+
+def scan_violations(spec: AdapterSpec, subject: str) -> list[Violation]:
+    """LG119 (lora_B all zeros) and LG120 (NaN/Inf) from the values of a local adapter's
+    weights, each tensor read once; nothing for a remote adapter or a spec without a
+    weights file (only headers are read there).
+
+    The file is opened again as strictly as `lora_guard.inspect_adapter` opens it, and its
+    header read again from the same descriptor, so the values scanned are the file's.
+
+    Example:
+        >>> import tempfile, lora_guard as lg
+        >>> from lora_guard.testing import write_adapter
+        >>> from lora_guard._values import scan_violations
+        >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/untrained"))
+        >>> [v.code for v in scan_violations(spec, "adapter 'untrained'")]
+        ['LG119']
+    """
+    if spec.url is not None or spec.weights_file is None:
+        return []
+    try:
+        opened = _open_regular(spec.path, spec.weights_file)
+        if opened is None:
+            raise Malformed(spec.weights_file, "disappeared before its values were scanned")
+        fd, stat = opened
+        try:
+            tensors, _, _ = read_header_from_fd(fd, stat.st_size)
+            header = int.from_bytes(os.pread(fd, 8, 0), "little")
+            stats = {key: tensor_stats(fd, 8 + header + info.offsets[0], info)
+                     for key, info in sorted(tensors.items(), key=lambda kv: kv[1].offsets)}
+        finally:
+            os.close(fd)
+    except HeaderError as exc:
+        return [make_violation("LG108", "malformed", subject, file=spec.weights_file,
+                               problem=f"{exc.problem} (when its values were scanned)")]
+    except (Malformed, OSError) as exc:
+        problem = exc.problem if isinstance(exc, Malformed) else (
+            f"cannot be read ({exc.strerror or exc})")
+        return [make_violation("LG108", "malformed", subject, file=spec.weights_file,
+                               problem=problem)]
+    return _findings(spec, subject, tensors, stats)
+
+
+def _findings(spec: AdapterSpec, subject: str, tensors: Mapping[str, TensorInfo],
+              stats: Mapping[str, tuple[bool, int, int]]) -> list[Violation]:
+    found: list[Violation] = []
+    for key, (_, nan, inf) in stats.items():
+        if nan or inf:
+            found.append(make_violation("LG120", "values", subject, key=key, nan=nan, inf=inf,
+                                        numel=tensors[key].numel))
+    with_b = [m for m in spec.modules.values() if m.b_key in stats]
+    zero_b = [m.module for m in with_b if m.b_key is not None and stats[m.b_key][0]
+              and tensors[m.b_key].numel > 0]
+    if zero_b and len(zero_b) == len(with_b):
+        found.append(make_violation("LG119", "all", subject, count=len(with_b),
+                                    modules=_more(zero_b)))
+    elif zero_b:
+        found.append(make_violation("LG119", "some", subject, count=len(zero_b),
+                                    total=len(with_b), modules=_more(zero_b)))
+    return found

@@ -1,0 +1,177 @@
+"""The opt-in value scan: adapters that load and do nothing, or compute NaN.
+
+`lora-guard check --scan-values` / `check_adapters(..., scan_values=True)` read each tensor
+once; the adapters are saved by PEFT from a tiny Llama built from a config.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import warnings
+from typing import Any
+
+import pytest
+
+import lora_guard as lg
+from conftest_adapters import TINY_LLAMA
+from lora_guard import _values
+from lora_guard._cli import main
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("peft")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+from peft import LoraConfig, get_peft_model  # noqa: E402
+
+TARGETS = ["q_proj", "v_proj"]
+
+
+def peft_adapter(folder: pathlib.Path, *, trained: bool = True, dtype: Any = None,
+                 edit: Any = None) -> pathlib.Path:
+    """A PEFT adapter; ``trained`` moves every LoRA weight off its initial value (PEFT
+    initialises lora_B to zeros), ``edit(name, param)`` breaks some of them."""
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY_LLAMA))
+    peft_model = get_peft_model(model, LoraConfig(r=8, target_modules=TARGETS))
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_" in name:
+                if trained:
+                    param.add_(torch.randn_like(param) * 0.01)
+                if edit is not None:
+                    edit(name, param)
+    if dtype is not None:
+        peft_model = peft_model.to(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        peft_model.save_pretrained(str(folder))
+    return folder
+
+
+def scan(folder: pathlib.Path) -> lg.Report:
+    return lg.check_adapters([folder], scan_values=True)
+
+
+def test_a_trained_adapter_scans_clean(tmp_path: pathlib.Path) -> None:
+    assert scan(peft_adapter(tmp_path / "trained")).ok
+
+
+def test_an_untrained_adapter_is_a_no_op_lg119(tmp_path: pathlib.Path) -> None:
+    """save_pretrained right after get_peft_model: every lora_B is still PEFT's zeros."""
+    folder = peft_adapter(tmp_path / "untrained", trained=False)
+
+    assert lg.check_adapters([folder]).ok  # the header alone cannot tell
+    report = scan(folder)
+
+    assert report.codes() == ["LG119"]
+    v = report.violations[0]
+    assert "lora_B is all zeros in every one of its 4 modules " \
+           "(model.layers.0.self_attn.q_proj and 3 more): the adapter computes the base " \
+           "model unchanged" in v.message
+    assert "after train()" in v.hint
+
+
+def test_some_modules_left_at_zero_are_named(tmp_path: pathlib.Path) -> None:
+    def lose_v_proj_b(name: str, param: Any) -> None:
+        if "v_proj.lora_B" in name:
+            param.zero_()
+
+    report = scan(peft_adapter(tmp_path / "half", edit=lose_v_proj_b))
+
+    assert report.codes() == ["LG119"]
+    assert "lora_B is all zeros in 2 of its 4 modules (model.layers.0.self_attn.v_proj and " \
+           "1 more)" in report.violations[0].message
+
+
+@pytest.mark.parametrize("dtype", [None, "float16", "bfloat16"])
+def test_nan_and_inf_weights_are_lg120(tmp_path: pathlib.Path, dtype: str | None) -> None:
+    def diverge(name: str, param: Any) -> None:
+        if name.startswith("base_model.model.model.layers.1.self_attn.q_proj.lora_A"):
+            param.view(-1)[:3] = float("nan")
+            param.view(-1)[3:5] = float("inf")
+            param.view(-1)[5] = -float("inf")
+
+    folder = peft_adapter(tmp_path / "nan", edit=diverge,
+                          dtype=getattr(torch, dtype) if dtype else None)
+    report = scan(folder)
+
+    assert report.codes() == ["LG120"]
+    assert "tensor base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight holds 3 " \
+           "NaN and 3 Inf values (of 512)" in report.violations[0].message
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_every_16_bit_pattern_is_classified_as_torch_does(dtype: str) -> None:
+    """All 65,536 values: NaN and Inf counted as torch.isnan / torch.isinf count them."""
+    values = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(
+        getattr(torch, dtype))
+    chunk = values.view(torch.int16).numpy().tobytes()
+    assert _values._nonfinite(chunk, dtype) == (
+        int(torch.isnan(values).sum()), int(torch.isinf(values).sum()))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_wide_floats_are_classified_as_torch_does(dtype: str) -> None:
+    torch.manual_seed(0)
+    bits = torch.randint(-(2**31), 2**31 - 1, (100_000,), dtype=torch.int64)
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-45,
+                            3.4e38], dtype=getattr(torch, dtype))
+    if dtype == "float32":
+        values = torch.cat([bits.to(torch.int32).view(torch.float32), special])
+    else:
+        values = torch.cat([(bits << 32 | bits.abs()).view(torch.float64), special])
+    chunk = values.numpy().tobytes()
+    assert _values._nonfinite(chunk, dtype) == (
+        int(torch.isnan(values).sum()), int(torch.isinf(values).sum()))
+
+
+def test_tensors_larger_than_a_chunk_are_streamed(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory stays bounded: no read asks for more than CHUNK bytes, and a value in the
+    last chunk of a tensor is still found."""
+    def last_value_nan(name: str, param: Any) -> None:
+        if name.startswith("base_model.model.model.layers.0.self_attn.q_proj.lora_B"):
+            param.view(-1)[-1] = float("nan")
+
+    folder = peft_adapter(tmp_path / "late-nan", edit=last_value_nan)
+    reads: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, count: int, offset: int) -> bytes:
+        reads.append(count)
+        return real_pread(fd, count, offset)
+
+    monkeypatch.setattr(_values, "CHUNK", 64)
+    monkeypatch.setattr(_values.os, "pread", pread)
+    report = scan(folder)
+
+    assert report.codes() == ["LG120"]
+    assert "holds 1 NaN and 0 Inf values (of 512)" in report.violations[0].message
+    assert max(reads) <= 64 and sum(reads) > 8 * 64
+
+
+def test_a_file_changed_after_inspection_is_scanned_as_it_is_now(tmp_path: pathlib.Path) -> None:
+    folder = peft_adapter(tmp_path / "swapped")
+    spec = lg.inspect_adapter(folder)
+    (folder / "adapter_model.safetensors").write_bytes(b"\x00" * 4)
+
+    report = lg.check_adapters([spec], scan_values=True)
+
+    assert report.codes() == ["LG108"]
+    assert "when its values were scanned" in report.violations[0].message
+
+
+def test_the_cli_scans_values_when_asked(tmp_path: pathlib.Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    folder = peft_adapter(tmp_path / "untrained", trained=False)
+    assert main(["check", str(folder)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(folder), "--scan-values"]) == 1
+    assert "LG119" in capsys.readouterr().out
+
+
+def test_scan_values_takes_a_bool(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(TypeError, match="scan_values"):
+        lg.check_adapters([tmp_path], scan_values="yes")  # type: ignore[arg-type]
