@@ -67,6 +67,7 @@ class Row:
 
 def _short(text: str, limit: int = 90) -> str:
     text = re.sub(r"/tmp/\S+", "<path>", " ".join(text.split()))
+    text = re.sub(r"\{[^{}]*\}", "{...}", text)  # a set's order changes between processes
     text = text.replace("|", "/")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
