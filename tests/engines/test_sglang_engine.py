@@ -249,3 +249,28 @@ def test_the_inkling_v2_sink_is_guarded_and_refuses_a_rank_change(guard, env):
     with pytest.raises(lg.ShapeContractError, match="LG004"):  # outer 3: neither 1 nor n
         sink.set_lora_info(torch.zeros(2, 3, 16, 64), *_sink_buffers(2, 2, 8)[1:])
     assert sink._down_cat is None  # refused before the layer touched anything
+
+
+# --- the fused-MoE LoRA layer: the seed-000 pool contract on the real class -------------------
+
+def _moe_buffers(slots: int, experts: int, rank: int, hidden: int = 64, f: int = 32,
+                 outer: int | None = None):
+    outer = experts if outer is None else outer
+    return (torch.zeros(slots, outer, 2 * rank, hidden), torch.zeros(slots, experts, 2 * f, rank),
+            torch.zeros(slots, experts, rank, f), torch.zeros(slots, outer, hidden, rank))
+
+
+def test_a_fused_moe_pool_whose_rank_changes_is_refused_before_the_layer_takes_it(guard, env):
+    layer = env.layers.FusedMoEWithLoRA.__new__(env.layers.FusedMoEWithLoRA)
+    torch.nn.Module.__init__(layer)
+    first = _moe_buffers(2, 4, 8)
+
+    with lg.recording() as seen:
+        layer.set_lora_info(*first)  # the pool sglang allocates at start-up
+        layer.set_lora_info(*_moe_buffers(2, 4, 8))  # update_lora_info again, same pool
+    assert seen.violations == []
+    with pytest.raises(lg.PoolShapeDriftError, match="LG001"):
+        layer.set_lora_info(*_moe_buffers(2, 4, 16))  # a re-initialised pool of rank 16
+    with pytest.raises(lg.ShapeContractError, match="LG004"):
+        layer.set_lora_info(*_moe_buffers(2, 4, 8, outer=3))  # outer neither 1 nor experts
+    assert layer.down_lora_a_weights.shape == (2, 4, 8, 32)  # still the rank-8 pool
