@@ -274,3 +274,51 @@ def test_a_fused_moe_pool_whose_rank_changes_is_refused_before_the_layer_takes_i
     with pytest.raises(lg.ShapeContractError, match="LG004"):
         layer.set_lora_info(*_moe_buffers(2, 4, 8, outer=3))  # outer neither 1 nor experts
     assert layer.down_lora_a_weights.shape == (2, 4, 8, 32)  # still the rank-8 pool
+
+
+# --- the other entry points, on the real classes -------------------------------------------------
+
+def test_validating_outside_a_load_runs_the_same_checks(guard, tmp_path):
+    manager = h.sglang_server()
+    dora = h.peft_adapter(tmp_path / "dora", r=8, use_dora=True)
+    from sglang.srt.lora.lora_config import LoRAConfig
+
+    with pytest.raises(lg.AdapterError, match="LG105"):
+        manager.validate_new_adapter(LoRAConfig(str(dora), base_vocab_size=h.VOCAB),
+                                     h.sglang_ref("dora", dora))
+
+
+def test_loading_into_a_slot_outside_the_pool_is_refused_before_the_buffer_is_written(
+        guard, tmp_path):
+    manager = h.sglang_server(max_loras_per_batch=2)
+    a = h.peft_adapter(tmp_path / "a", r=8)
+    assert manager.load_lora_adapter(h.sglang_ref("a", a)).success
+    before = h.pool_snapshot(manager)
+
+    with pytest.raises(lg.RegistryError, match="LG201"):
+        manager.memory_pool.load_lora_weight_to_buffer(
+            "a", 2, manager.loras["a"], manager.lora_modules, None, None)
+    after = h.pool_snapshot(manager)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_uninstrument_restores_every_real_original_exactly(env):
+    import sglang.srt.lora.lora_manager as lora_manager
+
+    for module in {p.module for p in sglang_guard.INTEGRATION.patches}:
+        importlib.import_module(module)
+    originals = {p.path: vars(_owner(p)).get(p.path.rsplit(".", 1)[-1])
+                 for p in sglang_guard.INTEGRATION.patches}
+    sglang_guard.instrument()
+    assert lora_manager.LoRAManager.load_lora_adapter is not originals[
+        "LoRAManager.load_lora_adapter"]
+    sglang_guard.uninstrument()
+    for patch in sglang_guard.INTEGRATION.patches:
+        assert vars(_owner(patch))[patch.path.rsplit(".", 1)[-1]] is originals[patch.path]
+
+
+def _owner(patch):
+    owner = importlib.import_module(patch.module)
+    for part in patch.path.split(".")[:-1]:
+        owner = getattr(owner, part)
+    return owner
