@@ -249,3 +249,55 @@ def test_conv_groups_must_divide_rank_in_and_out() -> None:
 def test_shares_are_rounded_and_tiny_ones_said_so() -> None:
     assert [_share(1, 200), _share(1, 100), _share(995, 1000), _share(0, 10), _share(1, 0)] == [
         "<1", "1", "100", "0", "0"]
+
+
+# --- LG104: served targets, by name, by path suffix, fused, experts ---------------------------
+
+
+@pytest.mark.parametrize(("served", "expected"), [
+    (("q_proj", "v_proj"), []),
+    (("q_proj",), ["LG104"]),                                     # one short
+    (("self_attn.q_proj", "self_attn.v_proj"), []),               # path suffixes
+    (("layers.0.self_attn.q_proj", "layers.0.self_attn.v_proj"), ["LG104"]),  # layer 1 not
+    (("attn.q_proj", "v_proj"), ["LG104"]),                       # not a whole-name suffix
+])
+def test_served_targets_by_name_and_path_suffix(tmp_path: pathlib.Path, served: tuple[str, ...],
+                                                expected: list[str]) -> None:
+    folder = write_adapter(tmp_path / "a", targets=("q_proj", "v_proj"))
+    assert sorted(set(codes(folder, target_modules=served))) == expected
+
+
+@pytest.mark.parametrize(("target", "served", "expected"), [
+    ("gate_up_proj", ("gate_proj", "up_proj"), []),
+    ("gate_up_proj", ("gate_proj",), ["LG104"]),
+    ("gate_up_proj", ("up_proj", "down_proj"), ["LG104"]),
+    ("qkv_proj", ("q_proj", "k_proj", "v_proj"), []),
+    ("qkv_proj", ("q_proj", "k_proj"), ["LG104"]),
+    ("qkv_proj", ("k_proj", "v_proj"), ["LG104"]),
+    ("w13", ("w1", "w3"), []),
+    ("w13", ("w1",), ["LG104"]),
+    ("w13", ("w3",), ["LG104"]),
+])
+def test_a_fused_module_is_served_when_all_its_parts_are(
+        tmp_path: pathlib.Path, target: str, served: tuple[str, ...],
+        expected: list[str]) -> None:
+    from lora_guard._safetensors import encode_header, write_safetensors
+
+    folder = write_adapter(tmp_path / "a", targets=("q_proj",), layers=1)
+    prefix = f"base_model.model.model.layers.0.mlp.{target}"
+    header, size = encode_header([(f"{prefix}.lora_A.weight", "float16", (8, 64)),
+                                  (f"{prefix}.lora_B.weight", "float16", (256, 8))])
+    write_safetensors(folder / "adapter_model.safetensors", header, size)
+    got = lg.check_adapters([folder], lg.ServingLimits(target_modules=served))
+    assert got.codes() == expected
+    if expected:
+        assert f"({target}) is not served" in got.violations[0].message
+
+
+@pytest.mark.parametrize(("served", "expected"), [
+    (("experts",), []), (("gate_proj", "up_proj", "down_proj"), []), (("q_proj",), ["LG104"])])
+def test_moe_expert_weights_are_served_by_experts_or_their_names(
+        tmp_path: pathlib.Path, served: tuple[str, ...], expected: list[str]) -> None:
+    folder = write_adapter(tmp_path / "a", moe_layout="flat", experts=4,
+                           targets=("gate_proj", "up_proj", "down_proj"))
+    assert sorted(set(codes(folder, target_modules=served))) == expected
