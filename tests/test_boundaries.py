@@ -249,6 +249,7 @@ def test_conv_groups_must_divide_rank_in_and_out() -> None:
 def test_shares_are_rounded_and_tiny_ones_said_so() -> None:
     assert [_share(1, 200), _share(1, 100), _share(995, 1000), _share(0, 10), _share(1, 0)] == [
         "<1", "1", "100", "0", "0"]
+    assert [_share(1, 1), _share(1000, 1000), _share(1, 3)] == ["100", "100", "33"]
 
 
 # --- LG104: served targets, by name, by path suffix, fused, experts ---------------------------
@@ -294,10 +295,14 @@ def test_a_fused_module_is_served_when_all_its_parts_are(
         assert f"({target}) is not served" in got.violations[0].message
 
 
+@pytest.mark.parametrize("layout", ["flat", "shared-outer", "per-expert"])
 @pytest.mark.parametrize(("served", "expected"), [
     (("experts",), []), (("gate_proj", "up_proj", "down_proj"), []), (("q_proj",), ["LG104"])])
 def test_moe_expert_weights_are_served_by_experts_or_their_names(
-        tmp_path: pathlib.Path, served: tuple[str, ...], expected: list[str]) -> None:
-    folder = write_adapter(tmp_path / "a", moe_layout="flat", experts=4,
+        tmp_path: pathlib.Path, served: tuple[str, ...], expected: list[str],
+        layout: str) -> None:
+    folder = write_adapter(tmp_path / "a", moe_layout=layout, experts=4,
                            targets=("gate_proj", "up_proj", "down_proj"))
+    if layout == "per-expert" and served == ("experts",):
+        expected = ["LG104"]  # per-expert modules are named gate_proj/up_proj/down_proj
     assert sorted(set(codes(folder, target_modules=served))) == expected
