@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -256,3 +258,16 @@ def test_no_test_depends_on_a_replica():
     assert not (Path(__file__).parent / "replicas").exists()
     for name in ("sglang", "vllm"):
         assert name not in sys.modules or "replicas" not in str(sys.modules[name].__file__)
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(n) for n in ("vllm", "sglang")),
+                    reason="the engine tier checks doctor where the engines are installed")
+def test_doctor_without_the_engines_says_so_and_passes(capsys):
+    from lora_guard._cli import main
+
+    assert main(["doctor"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["vllm: not installed",
+                                                    "sglang: not installed"]
+    assert main(["doctor", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "engines": {"vllm": None, "sglang": None}, "ok": True}

@@ -58,11 +58,12 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """loras/{chat (real PEFT), math (r=8), code (r=64)} and big/huge (117 MB)."""
+    """loras/{chat (real PEFT), math (r=8), code (r=64)}, new/math (r=8), big/huge (117 MB)."""
     root = tmp_path_factory.mktemp("remote")
     peft_adapter(root / "loras" / "chat", r=8, target_modules=["q_proj", "v_proj"])
     write_adapter(root / "loras" / "math", rank=8)
     write_adapter(root / "loras" / "code", rank=64)
+    write_adapter(root / "new" / "math", rank=8)  # a redirect's target, outside the listings
     write_adapter(root / "big" / "huge", **BIG)
     return root
 
@@ -221,8 +222,10 @@ def test_http_errors_are_one_adapters_violation_each(http: FileServer) -> None:
     http.faults["/loras/math/adapter_config.json"] = [403]
     http.faults["/loras/code/adapter_config.json"] = [503, 429]  # retried, then served
     http.redirects["/loras/away/adapter_config.json"] = "http://example.invalid/x"
-    for name in ("adapter_config.json", "adapter_model.safetensors"):  # same host: followed
-        http.redirects[f"/loras/moved/{name}"] = f"{http.url}/loras/math/{name}"
+    # Same host: followed. Its own target, so the checker's concurrent reads of loras/math
+    # and loras/moved cannot race for math's one 403.
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        http.redirects[f"/loras/moved/{name}"] = f"{http.url}/new/math/{name}"
     http.cut_after[str(http.root / "loras" / "chat" / "adapter_model.safetensors")] = 100
     u = http.url
     report = lg.check_adapters([f"{u}/loras/math", f"{u}/loras/code", f"{u}/loras/away",

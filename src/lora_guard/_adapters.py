@@ -75,6 +75,7 @@ FEATURES: Mapping[str, str] = types.MappingProxyType({
     "alora": "alora_invocation_tokens",
     "layer_replication": "layer_replication",
     "qalora": "use_qalora",
+    "bdlora": "use_bdlora",
 })
 """Config features that change the forward pass, by the name ``ServingLimits(allow=...)``
 takes, with the ``adapter_config.json`` field that turns each on."""
@@ -880,7 +881,7 @@ def _features(config: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, 
         found["trainable_tokens"] = config.get("trainable_token_indices")
     if config.get("peft_type", "LORA") != "LORA":
         found["peft_type"] = config.get("peft_type")
-    for name in ("alora", "layer_replication", "qalora"):
+    for name in ("alora", "layer_replication", "qalora", "bdlora"):
         value = config.get(FEATURES[name])
         if value:
             found[name] = value

@@ -8,7 +8,7 @@ import stat
 import types
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from ._adapters import (
@@ -59,6 +59,7 @@ _FEATURE_TEXT = {
     "alora": "activated LoRA",
     "layer_replication": "layer replication",
     "qalora": "QALoRA",
+    "bdlora": "block-diagonal LoRA (BD-LoRA)",
 }
 
 
@@ -91,7 +92,7 @@ class ServingLimits:
     base model's Hugging Face ``config.json`` (a path, a folder holding it, or a dict).
     ``allow`` names config features the server does implement (``dora``, ``lora_bias``,
     ``bias``, ``modules_to_save``, ``trainable_tokens``, ``peft_type``, ``alora``,
-    ``layer_replication``, ``qalora``); any other feature in use is LG105.
+    ``layer_replication``, ``qalora``, ``bdlora``); any other feature in use is LG105.
 
     Example:
         >>> import lora_guard as lg
@@ -783,6 +784,36 @@ def _engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
                 expected=f"{expected:.4g}", why=why, engine=engine, served=f"{served:.4g}"))
 
 
+def _block_diagonal(spec: AdapterSpec, module: LoRAModuleSpec) -> LoRAModuleSpec:
+    """The dense factors a BD-LoRA module (PEFT's ``use_bdlora``) stands for.
+
+    A block-diagonal factor is saved as its ``nblocks`` blocks side by side: A ``(r, in / n)``
+    for the modules of ``target_modules_bd_a``, B ``(out, r / n)`` for ``target_modules_bd_b``
+    (matched as PEFT matches them: the pattern is a substring of the module name). The checks
+    compare the dense shapes with the config and the base model.
+    """
+    bd = spec.config.get("use_bdlora")
+    if not isinstance(bd, dict):
+        return module
+    n = bd.get("nblocks", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 1:
+        return module
+
+    def listed(key: str) -> bool:
+        patterns = bd.get(key) or []
+        return isinstance(patterns, list) and any(
+            isinstance(p, str) and p in module.module for p in patterns)
+
+    a, b = module.a_shape, module.b_shape
+    if a is not None and len(a) == 2 and listed("target_modules_bd_a"):
+        a = (a[0], a[1] * n)
+    if b is not None and len(b) == 2 and listed("target_modules_bd_b"):
+        b = (b[0], b[1] * n)
+    if (a, b) == (module.a_shape, module.b_shape):
+        return module
+    return replace(module, a_shape=a, b_shape=b)
+
+
 def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                 vocab_size: int | None = None,
                 module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
@@ -845,6 +876,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     empty_set = set(empty)
     ranks: dict[int, str] = {}
     for module in spec.modules.values():
+        module = _block_diagonal(spec, module)
         # LG103: orphan halves
         if module.a_key is None or module.b_key is None:
             embedding = module.kind == "embedding"

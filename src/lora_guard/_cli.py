@@ -139,7 +139,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     served.add_argument("--allow", type=_name_list, metavar="F,F",
                         help="features the server implements: dora, lora_bias, bias, "
                         "modules_to_save, trainable_tokens, peft_type, alora, "
-                        "layer_replication, qalora")
+                        "layer_replication, qalora, bdlora")
     served.add_argument("--scan-values", action="store_true",
                         help="also read every tensor's values once (bounded memory): lora_B "
                         "all zeros (LG119, the adapter does nothing), NaN or Inf (LG120)")
@@ -176,6 +176,13 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     codes = commands.add_parser("codes", help="list every code with its slug and title")
     codes.add_argument("--format", choices=("text", "json"), default="text",
                        help="text (a table) or json (code, slug, title, summary, url)")
+    doctor = commands.add_parser(
+        "doctor", help="for each installed engine: version, supported?, each hook attached",
+        description="For each installed engine (vLLM, sglang): its version, whether lora_guard "
+                    "supports it (the versions its engine tier tests), and each hook attached "
+                    "or missing. Exit 1 when a supported engine misses a hook.")
+    doctor.add_argument("--format", choices=("text", "json"), default="text",
+                        help="text (one block per engine) or json")
     return parser, check
 
 
@@ -851,6 +858,38 @@ def _codes(fmt: str) -> int:
     return 0
 
 
+DOCTOR_ENGINES = ("vllm", "sglang")
+
+
+def _doctor(output: str) -> int:
+    """``lora-guard doctor``: each installed engine's hooks, attached or missing."""
+    from .integrations import get
+
+    reports = {name: get(name).diagnose() for name in DOCTOR_ENGINES}  # type: ignore[attr-defined]
+    failing = [name for name, r in reports.items()
+               if r is not None and r.supported and (r.missing or r.pending)]
+    if output == "json":
+        data = {name: (None if r is None else r.as_dict()) for name, r in reports.items()}
+        sys.stdout.write(json.dumps({"engines": data, "ok": not failing}, indent=2) + "\n")
+        return 1 if failing else 0
+    lines: list[str] = []
+    for name, r in reports.items():
+        if r is None:
+            lines.append(f"{name}: not installed")
+            continue
+        state = "supported" if r.supported else "NOT supported (hooks attach only where the " \
+            "signatures match)"
+        lines.append(f"{name} {r.version}: {state}; tested: {name} {r.supported_range}")
+        lines += [f"  attached  {hook}" for hook in r.attached]
+        lines += [f"  MISSING   {hook}: {why}" for hook, why in r.missing.items()]
+        lines += [f"  pending   {module} (not imported)" for module in r.pending]
+    if failing:
+        lines.append(f"lora-guard doctor: {', '.join(failing)} supported but missing hooks: "
+                     "lora_guard does not guard those paths; report it with this output.")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 1 if failing else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``lora-guard``; returns the exit status (0 pass, 1 violations, 2 usage error).
 
@@ -868,6 +907,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_check(args)
         if args.command == "explain":
             return _explain(args.code, markdown=args.markdown)
+        if args.command == "doctor":
+            return _doctor(args.format)
         return _codes(args.format)
     except UsageError as exc:
         sys.stderr.write(f"lora-guard: error: {exc}\n")

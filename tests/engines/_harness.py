@@ -13,9 +13,10 @@ process group of one), then every test builds a fresh server over a fresh tiny m
 
 What a CPU needs and a GPU server does not, and nothing else:
 
-- sglang's LoRA layers allocate small offset tensors with ``pin_memory=True``, which torch
-  refuses without an accelerator: `_drop_pin_memory` drops the flag for tensor factories
-  (pinning changes where a host tensor lives, never its values or shape);
+- sglang's LoRA layers allocate small offset tensors with ``pin_memory=True`` (or call
+  ``.pin_memory()``), which torch refuses without an accelerator: `_drop_pin_memory` drops the
+  flag for tensor factories and makes ``pin_memory()`` the identity (pinning changes where a
+  host tensor lives, never its values or shape);
 - sglang imports ``torchvision.transforms.InterpolationMode`` at module level: the stand-in
   in ``_stubs`` goes on ``sys.path`` after transformers has cached torchvision as absent;
 - vLLM's CPU platform refuses to configure itself without triton-cpu (its compiled kernels):
@@ -66,15 +67,15 @@ def peft_adapter(path: Path, *, base: Any = None, task_type: str | None = None,
     ``task_type="SEQ_CLS"`` trains it on a sequence classifier (PEFT saves ``score``).
     """
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaForCausalLM, LlamaForSequenceClassification
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     torch.manual_seed(seed)
     config = base if base is not None else llama_config()
     if task_type == "SEQ_CLS":
         config.num_labels = 2
-        model: Any = LlamaForSequenceClassification(config)
+        model: Any = AutoModelForSequenceClassification.from_config(config)
     else:
-        model = LlamaForCausalLM(config)
+        model = AutoModelForCausalLM.from_config(config)
     lora.setdefault("target_modules", ["q_proj", "v_proj"])
     lora.setdefault("r", 8)
     if task_type is not None:
@@ -140,19 +141,26 @@ def _drop_pin_memory() -> None:
 
     for name in ("tensor", "arange", "zeros", "empty", "ones", "full"):
         setattr(torch, name, no_pin(getattr(torch, name)))
+    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
     torch._lora_guard_tier_no_pin = True  # type: ignore[attr-defined]
+
+
+def cpu_imports() -> None:
+    """What both engines' LoRA modules need to import on a CPU (see the module docstring)."""
+    from transformers.utils import import_utils
+
+    import_utils.is_torchvision_available()  # cached as False before the stand-in appears
+    if str(STUBS) not in sys.path:
+        sys.path.append(str(STUBS))
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    _drop_pin_memory()
 
 
 @functools.cache
 def sglang_env() -> types.SimpleNamespace:
     """sglang's LoRA modules, imported and configured for a CPU scheduler process."""
     _alone("sglang", "vllm")
-    from transformers.utils import import_utils
-
-    import_utils.is_torchvision_available()  # cached as False before the stand-in appears
-    if str(STUBS) not in sys.path:
-        sys.path.append(str(STUBS))
-    _drop_pin_memory()
+    cpu_imports()
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.distributed import parallel_state
     from sglang.srt.runtime_context import get_parallel
@@ -221,7 +229,7 @@ def pool_snapshot(manager: Any) -> dict[str, torch.Tensor]:
 def vllm_env() -> types.SimpleNamespace:
     """vLLM's LoRA modules, imported and configured for a CPU worker process."""
     _alone("vllm", "sglang")
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    cpu_imports()
     from vllm.platforms import current_platform
 
     type(current_platform).check_and_update_config = classmethod(  # type: ignore[method-assign]

@@ -13,5 +13,5 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-collect_ignore = ["_harness.py", "_stubs", "requirements.txt"]
+collect_ignore = ["_harness.py", "_stubs", "requirements.txt", "corpus.py", "agreement.py", "run"]
 

@@ -104,7 +104,7 @@ def test_good_start_up_adapters_start_the_server_with_no_violation(guard, tmp_pa
 
 # --- dynamic loads, unload, swap ----------------------------------------------------------------
 
-@pytest.mark.lora_guard(expect=["LG101"])  # sglang turns the refusal into a failed result
+@pytest.mark.lora_guard(expect=["LG101", "LG102"])  # sglang makes it a failed result
 def test_a_dynamic_load_above_the_max_rank_is_a_failed_result_with_the_full_message(
         guard, tmp_path):
     manager = h.sglang_server()
@@ -113,7 +113,10 @@ def test_a_dynamic_load_above_the_max_rank_is_a_failed_result_with_the_full_mess
     result = manager.load_lora_adapter(h.sglang_ref("sneaky", sneaky))
 
     assert result.success is False
-    assert result.error_message.startswith("LG101 rank-exceeds-limit: adapter 'sneaky'")
+    # sglang sizes every slot by r (8) and ignores rank_pattern: the rank-32 tensors are both
+    # a rank the config does not declare (as sglang reads it) and above the pool's
+    assert result.error_message.startswith("LG102 rank-inconsistent: adapter 'sneaky'")
+    assert "rank 32" in result.error_message and "LG101" in result.error_message
     assert manager.loras == {} and manager.configs == {} and manager.lora_refs == {}
 
 
@@ -246,3 +249,76 @@ def test_the_inkling_v2_sink_is_guarded_and_refuses_a_rank_change(guard, env):
     with pytest.raises(lg.ShapeContractError, match="LG004"):  # outer 3: neither 1 nor n
         sink.set_lora_info(torch.zeros(2, 3, 16, 64), *_sink_buffers(2, 2, 8)[1:])
     assert sink._down_cat is None  # refused before the layer touched anything
+
+
+# --- the fused-MoE LoRA layer: the seed-000 pool contract on the real class -------------------
+
+def _moe_buffers(slots: int, experts: int, rank: int, hidden: int = 64, f: int = 32,
+                 outer: int | None = None):
+    outer = experts if outer is None else outer
+    return (torch.zeros(slots, outer, 2 * rank, hidden), torch.zeros(slots, experts, 2 * f, rank),
+            torch.zeros(slots, experts, rank, f), torch.zeros(slots, outer, hidden, rank))
+
+
+def test_a_fused_moe_pool_whose_rank_changes_is_refused_before_the_layer_takes_it(guard, env):
+    layer = env.layers.FusedMoEWithLoRA.__new__(env.layers.FusedMoEWithLoRA)
+    torch.nn.Module.__init__(layer)
+    first = _moe_buffers(2, 4, 8)
+
+    with lg.recording() as seen:
+        layer.set_lora_info(*first)  # the pool sglang allocates at start-up
+        layer.set_lora_info(*_moe_buffers(2, 4, 8))  # update_lora_info again, same pool
+    assert seen.violations == []
+    with pytest.raises(lg.PoolShapeDriftError, match="LG001"):
+        layer.set_lora_info(*_moe_buffers(2, 4, 16))  # a re-initialised pool of rank 16
+    with pytest.raises(lg.ShapeContractError, match="LG004"):
+        layer.set_lora_info(*_moe_buffers(2, 4, 8, outer=3))  # outer neither 1 nor experts
+    assert layer.down_lora_a_weights.shape == (2, 4, 8, 32)  # still the rank-8 pool
+
+
+# --- the other entry points, on the real classes -------------------------------------------------
+
+def test_validating_outside_a_load_runs_the_same_checks(guard, tmp_path):
+    manager = h.sglang_server()
+    dora = h.peft_adapter(tmp_path / "dora", r=8, use_dora=True)
+    from sglang.srt.lora.lora_config import LoRAConfig
+
+    with pytest.raises(lg.AdapterError, match="LG105"):
+        manager.validate_new_adapter(LoRAConfig(str(dora), base_vocab_size=h.VOCAB),
+                                     h.sglang_ref("dora", dora))
+
+
+def test_loading_into_a_slot_outside_the_pool_is_refused_before_the_buffer_is_written(
+        guard, tmp_path):
+    manager = h.sglang_server(max_loras_per_batch=2)
+    a = h.peft_adapter(tmp_path / "a", r=8)
+    assert manager.load_lora_adapter(h.sglang_ref("a", a)).success
+    before = h.pool_snapshot(manager)
+
+    with pytest.raises(lg.RegistryError, match="LG201"):
+        manager.memory_pool.load_lora_weight_to_buffer(
+            "a", 2, manager.loras["a"], manager.lora_modules, None, None)
+    after = h.pool_snapshot(manager)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_uninstrument_restores_every_real_original_exactly(env):
+    import sglang.srt.lora.lora_manager as lora_manager
+
+    for module in {p.module for p in sglang_guard.INTEGRATION.patches}:
+        importlib.import_module(module)
+    originals = {p.path: vars(_owner(p)).get(p.path.rsplit(".", 1)[-1])
+                 for p in sglang_guard.INTEGRATION.patches}
+    sglang_guard.instrument()
+    assert lora_manager.LoRAManager.load_lora_adapter is not originals[
+        "LoRAManager.load_lora_adapter"]
+    sglang_guard.uninstrument()
+    for patch in sglang_guard.INTEGRATION.patches:
+        assert vars(_owner(patch))[patch.path.rsplit(".", 1)[-1]] is originals[patch.path]
+
+
+def _owner(patch):
+    owner = importlib.import_module(patch.module)
+    for part in patch.path.split(".")[:-1]:
+        owner = getattr(owner, part)
+    return owner

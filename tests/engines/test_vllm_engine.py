@@ -167,3 +167,30 @@ def test_a_sequence_classification_adapter_saving_lm_head_is_still_refused(
         env.lora_model.LoRAModel.from_local_checkpoint(
             str(path), {"q_proj", "k_proj", "v_proj", "o_proj"}, helper, device="cpu",
             dtype=torch.float32)
+
+
+def test_a_slot_table_out_of_step_with_the_active_adapters_is_reported(guard, base, tmp_path):
+    worker = h.vllm_server(base, max_loras=2)
+    assert worker.add_adapter(h.vllm_request("a", 1, h.peft_adapter(tmp_path / "a", r=8)))
+    manager = worker._adapter_manager
+    manager.lora_index_to_id[manager.lora_index_to_id.index(1)] = None  # a slot lost its id
+
+    with pytest.raises(lg.RegistryError, match="LG201"):
+        manager.activate_adapter(1)
+
+
+def test_uninstrument_restores_every_real_original_exactly(env):
+    def owner(patch):
+        found = importlib.import_module(patch.module)
+        for part in patch.path.split(".")[:-1]:
+            found = getattr(found, part)
+        return found
+
+    leaf = {p.path: p.path.rsplit(".", 1)[-1] for p in vllm_guard.INTEGRATION.patches}
+    originals = {p.path: vars(owner(p))[leaf[p.path]] for p in vllm_guard.INTEGRATION.patches}
+    vllm_guard.instrument()
+    assert all(vars(owner(p))[leaf[p.path]] is not originals[p.path]
+               for p in vllm_guard.INTEGRATION.patches)
+    vllm_guard.uninstrument()
+    assert all(vars(owner(p))[leaf[p.path]] is originals[p.path]
+               for p in vllm_guard.INTEGRATION.patches)

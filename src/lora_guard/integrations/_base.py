@@ -14,6 +14,7 @@ This module imports neither torch nor any guarded library.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import inspect
 import os
@@ -231,6 +232,43 @@ class Integration:
             self.skipped.clear()
             if self.on_uninstrument is not None:
                 self.on_uninstrument()
+
+    def diagnose(self) -> AttachReport | None:
+        """Import every module this integration guards, attach, report, and put it all back.
+
+        None when the library is not installed. A module that does not import is reported
+        missing with the import error (its hooks would never fire). What `lora-guard doctor`
+        prints per engine.
+
+        Example:
+            >>> from lora_guard.integrations import get
+            >>> report = get("vllm").diagnose()
+            >>> report is None or report.integration == "vllm"
+            True
+        """
+        if self.version() is None:
+            return None
+        failed: dict[str, str] = {}
+        for module in dict.fromkeys(p.module for p in self.patches):
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # a broken or absent module: the hooks never fire
+                failed[module] = f"module {module} does not import ({type(exc).__name__}: {exc})"
+        was_active = self._active
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", IntegrationWarning)
+            found = self.instrument()
+        if not was_active:
+            self.uninstrument()
+        missing = dict(found.missing)
+        for patch in self.patches:
+            key = f"{patch.module}:{patch.path}"
+            if patch.module in failed and key not in found.attached:
+                missing[key] = failed[patch.module]
+        pending = tuple(m for m in found.pending if m not in failed)
+        return AttachReport(found.integration, found.version, found.supported,
+                            found.supported_range, found.attached, dict(sorted(missing.items())),
+                            pending)
 
     def version(self) -> str | None:
         """The guarded library's version, or None when it is not imported/installed."""

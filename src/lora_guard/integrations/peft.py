@@ -141,9 +141,16 @@ def _module_dims(model: Any, spec: AdapterSpec) -> dict[str, tuple[Expected, Exp
     dims: dict[str, tuple[Expected, Expected]] = {}
     for path in spec.modules:
         try:
-            module = _base_layer(model.get_submodule(f"base_model.model.{path}"))
+            wrapper = model.get_submodule(f"base_model.model.{path}")
         except AttributeError:
             continue  # PEFT reports targets that do not exist in its own words
+        # A module PEFT has wrapped already knows the dims its LoRA factors take (for a
+        # target_parameters ParamWrapper, the parameter's, not the module's in/out features);
+        # a plain module gives its own.
+        wrapped_dims = [getattr(wrapper, n, None) for n in ("in_features", "out_features")]
+        module = wrapper if hasattr(wrapper, "base_layer") and all(
+            isinstance(d, int) and not isinstance(d, bool) for d in wrapped_dims
+        ) else _base_layer(wrapper)
         found = []
         for names in (("in_features", "num_embeddings"), ("out_features", "embedding_dim")):
             name = next((n for n in names if isinstance(getattr(module, n, None), int)), None)

@@ -47,6 +47,7 @@ Example:
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import importlib
 import sys
 import weakref
@@ -126,8 +127,21 @@ def _served(targets: Any) -> frozenset[str] | None:
     return None
 
 
+def _base_config(manager: Any) -> dict[str, Any] | None:
+    """The served model's (text) config, as the checker reads a ``config.json``."""
+    config = getattr(manager, "base_hf_config", None)
+    to_dict = getattr(config, "to_dict", None)
+    if not callable(to_dict):
+        return None
+    try:
+        found = to_dict()
+    except Exception:  # a config that cannot say its fields: the dims are not checked
+        return None
+    return found if isinstance(found, dict) and found.get("hidden_size") else None
+
+
 def _limits(manager: Any) -> ServingLimits:
-    """What this server serves (``--max-lora-rank``, ``--lora-target-modules``)."""
+    """What this server serves (``--max-lora-rank``, ``--lora-target-modules``, the base)."""
     start_up = _START_UP.get()
     if start_up is not None and start_up[0] is manager:
         return start_up[1]
@@ -135,7 +149,26 @@ def _limits(manager: Any) -> ServingLimits:
     if not (isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0):
         max_rank = None
     return ServingLimits(max_rank=max_rank,
-                         target_modules=_served(getattr(manager, "target_modules", None)))
+                         target_modules=_served(getattr(manager, "target_modules", None)),
+                         base_config=_base_config(manager))
+
+
+def _config_form(spec: AdapterSpec, subject: str) -> list[Violation]:
+    """LG202: config fields sglang reads in another form than PEFT may write them."""
+    targets = spec.config.get("target_modules")
+    if isinstance(targets, str) and targets not in ("all", "all-linear"):
+        return [make_violation("LG202", "target-string", subject, value=targets,
+                               engine="sglang 0.5.23")]
+    return []
+
+
+def _as_sglang_reads(spec: AdapterSpec) -> AdapterSpec:
+    """sglang 0.5.23 sizes every module's slot by ``r`` and ignores ``rank_pattern``: a
+    module of another rank is a rank the config (as sglang reads it) does not declare
+    (LG102), whichever way it differs."""
+    if not spec.config.get("rank_pattern"):
+        return spec
+    return dataclasses.replace(spec, config={**spec.config, "rank_pattern": {}})
 
 
 def _check(manager: Any, lora_ref: Any) -> tuple[list[Violation], AdapterSpec | None]:
@@ -144,8 +177,9 @@ def _check(manager: Any, lora_ref: Any) -> tuple[list[Violation], AdapterSpec | 
     spec, violations = local_adapter(getattr(lora_ref, "lora_path", None), subject)
     if spec is not None:
         vocab = getattr(getattr(manager, "base_hf_config", None), "vocab_size", None)
+        violations += _config_form(spec, subject)
         violations += spec_violations(
-            spec, _limits(manager), subject=subject, skip=_SGLANG_SETTLES,
+            _as_sglang_reads(spec), _limits(manager), subject=subject, skip=_SGLANG_SETTLES,
             vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
     return violations, spec
 
@@ -228,14 +262,17 @@ def _init_state(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
     if not (isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0):
         ranks = [spec.config.get("r") for _, spec, _ in specs if spec is not None]
         max_rank = max([r for r in ranks if isinstance(r, int) and r > 0], default=None)
-    limits = ServingLimits(max_rank=max_rank, target_modules=_served(targets))
+    limits = ServingLimits(max_rank=max_rank, target_modules=_served(targets),
+                           base_config=_base_config(instance))
     vocab = getattr(getattr(instance, "base_hf_config", None), "vocab_size", None)
     violations: list[Violation] = []
     for lora_ref, spec, found in specs:
         violations += found
         if spec is not None:
+            violations += _config_form(spec, _subject(lora_ref))
             violations += spec_violations(
-                spec, limits, subject=_subject(lora_ref), skip=_SGLANG_SETTLES,
+                _as_sglang_reads(spec), limits, subject=_subject(lora_ref),
+                skip=_SGLANG_SETTLES,
                 vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
     report(violations)  # a server that would start wrong does not start
     for lora_ref, spec, _ in specs:

@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import sys
@@ -37,6 +38,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .._adapters import AdapterSpec
 from .._check_adapters import ServingLimits, spec_violations
 from .._checks import check_slot_maps_violations
 from .._config import report
@@ -50,6 +52,14 @@ name = "vllm"
 
 _MAX_RANK: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "lora_guard_vllm_max_rank", default=None)
+_BASE: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "lora_guard_vllm_base", default=None)
+_HEADS: contextvars.ContextVar[bool] = contextvars.ContextVar("lora_guard_vllm_heads",
+                                                               default=True)
+"""Whether the served model has a classification head (``score``/``classifier``)."""
+_CHECKED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "lora_guard_vllm_checked", default=None)
+"""The adapter folder the worker's load guard checked already (no second report)."""
 _VLLM_SETTLES = ("LG106",)
 """Codes of the checker vLLM settles by design: it casts every weight to its LoRA dtype."""
 
@@ -59,10 +69,59 @@ def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
     max_rank = getattr(getattr(instance, "lora_config", None), "max_lora_rank", None)
     usable = isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0
     token = _MAX_RANK.set(max_rank if usable else None)
+    manager = getattr(instance, "_adapter_manager", None)
+    model = getattr(manager, "model", None)
+    base = _BASE.set(_text_config(getattr(model, "config", None)))
+    heads = _HEADS.set(any(getattr(model, h, None) is not None for h in _CLASSIFIER_HEADS))
     try:
-        return wrapped(*args, **kwargs)
+        # before vLLM's own PEFTHelper validation: every defect in one message with its fix
+        lora_request = kwargs.get("lora_request", args[0] if args else None)
+        path = getattr(lora_request, "lora_path", None)
+        checked = _CHECKED.set(None)
+        if isinstance(path, (str, os.PathLike)) and os.path.isdir(path):
+            _check_dir(path, _expected_modules(manager), mapped=bool(
+                getattr(model, "hf_to_vllm_mapper", None)), peft_helper=None,
+                vocab=getattr(instance, "vocab_size", None))
+            _CHECKED.reset(checked)
+            checked = _CHECKED.set(os.path.realpath(path))
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _CHECKED.reset(checked)
     finally:
+        _HEADS.reset(heads)
+        _BASE.reset(base)
         _MAX_RANK.reset(token)
+
+
+def _expected_modules(manager: Any) -> set[str] | None:
+    """The modules vLLM's worker expects adapter weights for (its own computation)."""
+    supported = getattr(manager, "supported_lora_modules", None)
+    packed = getattr(manager, "packed_modules_mapping", None) or {}
+    if not isinstance(supported, Iterable):
+        return None
+    expected: set[str] = set()
+    for module in supported:
+        expected.update(packed.get(module, [module]) if isinstance(packed, dict) else [module])
+        if module == "experts":
+            expected.add(module)
+    return expected
+
+
+def _text_config(config: Any) -> dict[str, Any] | None:
+    """The served model's text config, as the checker reads a ``config.json``."""
+    text = getattr(config, "get_text_config", None)
+    if callable(text):
+        with contextlib.suppress(Exception):  # no text part: the config whole
+            config = text()
+    to_dict = getattr(config, "to_dict", None)
+    if not callable(to_dict):
+        return None
+    try:
+        found = to_dict()
+    except Exception:  # a config that cannot say its fields: the dims are not checked
+        return None
+    return found if isinstance(found, dict) and found.get("hidden_size") else None
 
 
 _CLASSIFIER_HEADS = frozenset({"classifier", "score"})
@@ -123,7 +182,47 @@ def _limits(expected: Any, mapped: bool, max_rank: int | None,
         served = frozenset(m for m in expected if isinstance(m, str) and m) or None
         if served is not None and "modules_to_save" in allow:
             served = served | _CLASSIFIER_HEADS
-    return ServingLimits(max_rank=max_rank, target_modules=served, allow=allow)
+    return ServingLimits(max_rank=max_rank, target_modules=served, allow=allow,
+                         base_config=_BASE.get())
+
+
+def _check_dir(lora_dir: Any, expected: Any, *, mapped: bool, peft_helper: Any,
+               vocab: Any) -> None:
+    subject = f"adapter {os.path.basename(os.path.normpath(lora_dir))!r}"
+    spec, violations = local_adapter(lora_dir, subject)
+    if spec is not None:
+        saved = spec.config.get("modules_to_save") or ()
+        heads_only = isinstance(saved, (list, tuple)) and bool(saved) and all(
+            isinstance(m, str) and m.rsplit(".", 1)[-1] in _CLASSIFIER_HEADS for m in saved)
+        allow = frozenset({"modules_to_save"}) if heads_only and _HEADS.get() else frozenset()
+        # weights_mapper: the names on disk are not the served names
+        limits = _limits(expected, mapped, _max_rank(peft_helper), allow)
+        violations += spec_violations(
+            spec, limits, subject=subject, skip=_VLLM_SETTLES,
+            vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
+        violations += _packed_names(spec, expected, subject, violations)
+    report(violations)
+
+
+def _packed_names(spec: AdapterSpec, expected: Any, subject: str,
+                  found: list[Violation]) -> list[Violation]:
+    """vLLM matches the leaf name of each adapter module exactly against the modules it
+    expects (the parts of a packed layer: ``q_proj``, not ``qkv_proj``; a weights mapper
+    renames prefixes, not leaves): a fused name whose parts are served, which the checker
+    accepts for engines that split it, is refused by vLLM."""
+    if not isinstance(expected, Iterable) or isinstance(expected, str) or any(
+            v.code == "LG104" for v in found):
+        return []
+    served = frozenset(m for m in expected if isinstance(m, str)) | _CLASSIFIER_HEADS
+    if not served - _CLASSIFIER_HEADS:
+        return []
+    fused = sorted({m.target for m in spec.modules.values() if m.target not in served
+                    and m.kind not in ("moe-flat", "moe-packed")})
+    if not fused:
+        return []
+    first = next(m for m in spec.modules.values() if m.target == fused[0])
+    return [make_violation("LG104", "module", subject, module=first.module, target=fused[0],
+                           served=", ".join(sorted(served)))]
 
 
 def _from_local_checkpoint(wrapped: Callable[..., Any], instance: Any,
@@ -131,22 +230,10 @@ def _from_local_checkpoint(wrapped: Callable[..., Any], instance: Any,
     lora_dir = kwargs.get("lora_dir", args[0] if args else None)
     expected = kwargs.get("expected_lora_modules", args[1] if len(args) > 1 else None)
     peft_helper = kwargs.get("peft_helper", args[2] if len(args) > 2 else None)
-    vocab = kwargs.get("model_vocab_size")
-    if isinstance(lora_dir, (str, os.PathLike)) and not kwargs.get("tensorizer_config_dict"):
-        subject = f"adapter {os.path.basename(os.path.normpath(lora_dir))!r}"
-        spec, violations = local_adapter(lora_dir, subject)
-        if spec is not None:
-            saved = spec.config.get("modules_to_save") or ()
-            heads_only = isinstance(saved, (list, tuple)) and bool(saved) and all(
-                isinstance(m, str) and m.rsplit(".", 1)[-1] in _CLASSIFIER_HEADS for m in saved)
-            allow = frozenset({"modules_to_save"}) if heads_only else frozenset()
-            # weights_mapper: the names on disk are not the served names
-            limits = _limits(expected, bool(kwargs.get("weights_mapper")),
-                             _max_rank(peft_helper), allow)
-            violations += spec_violations(
-                spec, limits, subject=subject, skip=_VLLM_SETTLES,
-                vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
-        report(violations)
+    if (isinstance(lora_dir, (str, os.PathLike)) and not kwargs.get("tensorizer_config_dict")
+            and _CHECKED.get() != os.path.realpath(lora_dir)):
+        _check_dir(lora_dir, expected, mapped=bool(kwargs.get("weights_mapper")),
+                   peft_helper=peft_helper, vocab=kwargs.get("model_vocab_size"))
     return wrapped(*args, **kwargs)
 
 

@@ -1,0 +1,40 @@
+"""Differential agreement on the real vllm: every corpus adapter gets the engine's own verdict
+and lora_guard's, and they agree, or the engine is silent on an adapter it would serve wrongly
+(the reason is in `agreement.SILENT`). The table is `docs/engines/compatibility.md`."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip("vllm is not installed: the engine tier runs in its own environment "
+                "(tests/engines/run builds it and runs the tier)", allow_module_level=True)
+
+import _harness as h
+import agreement
+
+import lora_guard as lg
+from lora_guard.integrations import vllm as guard
+
+pytestmark = pytest.mark.xdist_group("vllm")
+
+ENGINE = "vllm"
+
+
+@pytest.mark.lora_guard(allow=sorted(lg.INVARIANTS),
+                         reason="the corpus breaks adapters on purpose, case by case")
+def test_the_engine_and_lora_guard_agree_on_every_corpus_adapter(tmp_path):
+    env = h.vllm_env()
+    found = agreement.rows(ENGINE, tmp_path, guard)
+
+    assert len(found) >= 40
+    misses = [r.case.name for r in found if r.agreement == "MISS"]
+    assert misses == [], f"the engine refuses these and lora_guard lets them through: {misses}"
+    silent = {r.case.name for r in found if r.agreement == "engine-silent"}
+    assert silent == set(agreement.SILENT[ENGINE]), "each engine-silent case says why"
+    served = [r for r in found if r.engine == "accepts" and r.case.name.startswith("good-")]
+    assert served and all(r.guard == "accepts" for r in served), "no false alarm"
+    stale = agreement.check_page(ENGINE, agreement.table(ENGINE, env.version, found))
+    assert stale is None, stale
