@@ -1,0 +1,1 @@
+"""Private layer `_checking` of lora_guard (see CONTRIBUTING.md, Layout)."""

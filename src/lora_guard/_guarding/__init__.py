@@ -1,0 +1,1 @@
+"""Private layer `_guarding` of lora_guard (see CONTRIBUTING.md, Layout)."""

@@ -1,0 +1,1 @@
+"""Private layer `_reading` of lora_guard (see CONTRIBUTING.md, Layout)."""
