@@ -26,9 +26,9 @@ _EXAMPLES_THAT_BREAK_AN_INVARIANT = {
     "lora_guard.MixedMoELayoutError": "LG002",
     "lora_guard.CacheKeyCollisionError": "LG003",
     "lora_guard.ShapeContractError": "LG004",
-    "lora_guard._config.Recording": "LG201",
-    "lora_guard._config.recording": "LG201",
-    "lora_guard._predicates.is_lora_guard_error": "LG201",
+    "lora_guard._core.config.Recording": "LG201",
+    "lora_guard._core.config.recording": "LG201",
+    "lora_guard._checking.predicates.is_lora_guard_error": "LG201",
 }
 
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 import lora_guard as lg
-from lora_guard._adapter_writer import write_adapter
+from lora_guard._testing.adapter_writer import write_adapter
 
 
 def best_and_median(fn: Callable[[], object], repeat: int) -> tuple[float, float]:

@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import lora_guard as lg  # noqa: E402
-from lora_guard._adapter_writer import write_adapter  # noqa: E402
+from lora_guard._testing.adapter_writer import write_adapter  # noqa: E402
 from remote_servers import S3_ENV, FileServer, S3Server  # noqa: E402
 
 

@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable
 
 import lora_guard as lg
-from lora_guard._adapter_writer import write_adapter
-from lora_guard._values import CHUNK
+from lora_guard._checking.values import CHUNK
+from lora_guard._testing.adapter_writer import write_adapter
 
 _ONE = {"float16": struct.pack("<e", 0.01), "bfloat16": struct.pack("<f", 0.01)[2:],
         "float32": struct.pack("<f", 0.01)}

@@ -13,7 +13,7 @@ import json
 import pathlib
 import shutil
 
-from lora_guard._adapter_writer import write_adapter
+from lora_guard._testing.adapter_writer import write_adapter
 
 ROOT = pathlib.Path(__file__).resolve().parent / "adapters"
 

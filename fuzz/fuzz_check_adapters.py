@@ -17,7 +17,7 @@ import tempfile
 import atheris
 
 import lora_guard as lg
-from lora_guard import _adapters, _check_adapters  # noqa: F401 - loaded before instrumenting
+from lora_guard._reading import adapters as _adapters  # noqa: F401 - loaded before instrumenting
 
 # lora_guard is often installed in editable mode (a custom loader atheris cannot hook):
 # instrument what is loaded, after the fact.

@@ -19,7 +19,7 @@ import tempfile
 
 import atheris
 
-from lora_guard._safetensors import HeaderError, parse_header, read_safetensors_header
+from lora_guard._reading.safetensors import HeaderError, parse_header, read_safetensors_header
 
 # lora_guard is often installed in editable mode (a custom loader atheris cannot hook):
 # instrument what is loaded, after the fact.

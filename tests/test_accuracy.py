@@ -17,8 +17,8 @@ import pytest
 
 import lora_guard as lg
 from conftest_adapters import TINY_LLAMA
-from lora_guard._cli import main
-from lora_guard._errors import make_violation
+from lora_guard._core.errors import make_violation
+from lora_guard._frontends.cli import main
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -9,8 +9,8 @@ import pytest
 
 import lora_guard as lg
 from conftest_adapters import TINY_QWEN3_MOE, peft_adapter
-from lora_guard._adapter_writer import DEFECTS, write_adapter
-from lora_guard._safetensors import read_safetensors_header
+from lora_guard._reading.safetensors import read_safetensors_header
+from lora_guard._testing.adapter_writer import DEFECTS, write_adapter
 
 pytest.importorskip("peft")
 

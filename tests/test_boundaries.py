@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import lora_guard as lg
-from lora_guard._adapter_writer import write_adapter
-from lora_guard._check_adapters import _conv_groups, _share
+from lora_guard._checking.check_adapters import _conv_groups, _share
+from lora_guard._testing.adapter_writer import write_adapter
 
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
@@ -133,7 +133,7 @@ def test_an_embedding_against_the_base_vocab(tmp_path: pathlib.Path, vocab: int,
 
 
 def test_zero_tensors_is_lg115_and_one_is_not(tmp_path: pathlib.Path) -> None:
-    from lora_guard._safetensors import encode_header, write_safetensors
+    from lora_guard._reading.safetensors import encode_header, write_safetensors
 
     folder = write_adapter(tmp_path / "a", targets=("q_proj",), layers=1)
     header, size = encode_header([])
@@ -181,7 +181,7 @@ def test_alpha_zero_overridden_everywhere_by_alpha_pattern_is_clean(
 def _set_data(folder: pathlib.Path, key_part: str, value: bytes, index: int = 0) -> None:
     """Write ``value`` as element ``index`` (-1: the last) of each tensor whose key holds
     ``key_part``."""
-    from lora_guard._safetensors import read_safetensors_header
+    from lora_guard._reading.safetensors import read_safetensors_header
 
     path = folder / "adapter_model.safetensors"
     tensors, _ = read_safetensors_header(path)
@@ -282,7 +282,7 @@ def test_served_targets_by_name_and_path_suffix(tmp_path: pathlib.Path, served: 
 def test_a_fused_module_is_served_when_all_its_parts_are(
         tmp_path: pathlib.Path, target: str, served: tuple[str, ...],
         expected: list[str]) -> None:
-    from lora_guard._safetensors import encode_header, write_safetensors
+    from lora_guard._reading.safetensors import encode_header, write_safetensors
 
     folder = write_adapter(tmp_path / "a", targets=("q_proj",), layers=1)
     prefix = f"base_model.model.model.layers.0.mlp.{target}"

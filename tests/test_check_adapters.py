@@ -10,7 +10,7 @@ import pytest
 
 import lora_guard as lg
 from conftest_adapters import TINY_LLAMA, peft_zoo
-from lora_guard._adapter_writer import DEFECTS, write_adapter
+from lora_guard._testing.adapter_writer import DEFECTS, write_adapter
 
 pytest.importorskip("peft")
 

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 import lora_guard as lg
-from lora_guard._adapter_writer import write_adapter
-from lora_guard._cli import _Progress, main
+from lora_guard._frontends.cli import _Progress, main
+from lora_guard._testing.adapter_writer import write_adapter
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples" / "adapters"
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -198,7 +198,7 @@ def test_examples_good_set_passes_and_bad_set_shows_each_problem(
 
 def test_installed_command_never_shows_a_traceback(tmp_path: pathlib.Path) -> None:
     exe = shutil.which("lora-guard") or ""
-    argv = [exe] if exe else [sys.executable, "-m", "lora_guard._cli"]
+    argv = [exe] if exe else [sys.executable, "-m", "lora_guard._frontends.cli"]
     garbage = tmp_path / "garbage"
     garbage.mkdir()
     (garbage / "adapter_config.json").write_bytes(os.urandom(64))

@@ -12,7 +12,7 @@ from importlib import resources
 import pytest
 
 import lora_guard as lg
-from lora_guard._cli import _Progress, main, render_markdown
+from lora_guard._frontends.cli import _Progress, main, render_markdown
 from lora_guard.testing import write_adapter
 
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -225,7 +225,7 @@ def test_github_format_annotates_the_adapter_files(
 
 
 def test_github_escapes_what_would_end_a_command() -> None:
-    from lora_guard._cli import _github_escape
+    from lora_guard._frontends.cli import _github_escape
 
     assert _github_escape("a%b\nc:d,e") == "a%25b%0Ac:d,e"
     assert _github_escape("a:b,c", prop=True) == "a%3Ab%2Cc"
@@ -353,7 +353,7 @@ def test_progress_on_a_terminal_none_with_no_progress_or_quiet(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("lora_guard._cli.PROGRESS_MIN_ADAPTERS", 2)
+    monkeypatch.setattr("lora_guard._frontends.cli.PROGRESS_MIN_ADAPTERS", 2)
     for i in range(3):
         write_adapter(tmp_path / f"a{i}")
     monkeypatch.chdir(tmp_path)

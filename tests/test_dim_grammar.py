@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lora_guard as lg
-from lora_guard._dims import bind_dims, parse_spec
+from lora_guard._checking.dims import bind_dims, parse_spec
 
 NAMES = ("slots", "rank", "hidden", "n")
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import lora_guard as lg
-from lora_guard._distributed import _divergence
+from lora_guard._guarding.distributed import _divergence
 
 # These tests provoke violations on purpose: under `pytest --lora-guard` they are expected.
 pytestmark = pytest.mark.lora_guard(allow=tuple(lg.INVARIANTS))

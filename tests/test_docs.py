@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 import lora_guard as lg
-from lora_guard._catalogue import fix_as_documented
+from lora_guard._core.catalogue import fix_as_documented
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

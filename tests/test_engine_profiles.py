@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import lora_guard as lg
-from lora_guard._cli import main
+from lora_guard._frontends.cli import main
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -388,7 +388,7 @@ def test_engine_flags_need_an_engine_and_generic_options_do_not_mix(
 
 
 def test_each_engine_page_lists_its_flags_and_cites_each_rule_source() -> None:
-    from lora_guard._engines import ENGINES
+    from lora_guard._checking.engines import ENGINES
 
     docs = pathlib.Path(__file__).resolve().parents[1] / "docs" / "engines"
     for engine, releases in ENGINES.items():

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import lora_guard as lg
-from lora_guard._safetensors import (
+from lora_guard._reading.safetensors import (
     DTYPE_BITS,
     HeaderError,
     TensorInfo,

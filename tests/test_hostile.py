@@ -211,7 +211,7 @@ def test_lora_guard_check_answers_the_whole_corpus_without_a_traceback(tmp_path:
             paths.append(str(built))
     for form in ("json", "text"):  # text: names no terminal prints are escaped, not a crash
         done = subprocess.run(
-            [sys.executable, "-c", "import sys; from lora_guard._cli import main; "
+            [sys.executable, "-c", "import sys; from lora_guard._frontends.cli import main; "
              "sys.exit(main(sys.argv[1:]))", "check", "--format", form, "--no-progress",
              *paths],
             capture_output=True, text=True, timeout=120, cwd=tmp_path,
@@ -421,7 +421,7 @@ def test_a_copied_pool_has_its_own_frozen_dims() -> None:
 ])
 def test_shape_of_takes_only_non_negative_integer_dims(value: Any, error: Any,
                                                        says: str) -> None:
-    from lora_guard._checks import shape_of
+    from lora_guard._checking.checks import shape_of
 
     class Meta:
         shape = value
@@ -438,7 +438,7 @@ def test_shape_of_takes_only_non_negative_integer_dims(value: Any, error: Any,
 def test_shape_of_an_endless_iterator_or_a_jagged_tensor_is_a_clear_error() -> None:
     import itertools
 
-    from lora_guard._checks import shape_of
+    from lora_guard._checking.checks import shape_of
     torch = pytest.importorskip("torch")
 
     class Endless:

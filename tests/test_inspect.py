@@ -11,14 +11,14 @@ import pytest
 
 import lora_guard as lg
 from conftest_adapters import peft_zoo
-from lora_guard._adapter_writer import write_adapter
-from lora_guard._safetensors import (
+from lora_guard._reading.safetensors import (
     MAX_HEADER_BYTES,
     HeaderError,
     encode_header,
     read_safetensors_header,
     write_safetensors,
 )
+from lora_guard._testing.adapter_writer import write_adapter
 
 pytest.importorskip("peft")
 

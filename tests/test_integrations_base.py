@@ -263,7 +263,7 @@ def test_no_test_depends_on_a_replica():
 @pytest.mark.skipif(any(importlib.util.find_spec(n) for n in ("vllm", "sglang")),
                     reason="the engine tier checks doctor where the engines are installed")
 def test_doctor_without_the_engines_says_so_and_passes(capsys):
-    from lora_guard._cli import main
+    from lora_guard._frontends.cli import main
 
     assert main(["doctor"]) == 0
     assert capsys.readouterr().out.splitlines() == ["vllm: not installed",

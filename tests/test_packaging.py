@@ -78,7 +78,7 @@ def run_hook(tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
     """The hook as pre-commit calls it: entry, then the changed files as arguments."""
     entry = shlex.split(str(hook()["entry"]))
     exe = shutil.which(entry[0])
-    argv = ([exe] if exe else [sys.executable, "-m", "lora_guard._cli"]) + entry[1:]
+    argv = ([exe] if exe else [sys.executable, "-m", "lora_guard._frontends.cli"]) + entry[1:]
     return subprocess.run([*argv, *files], capture_output=True, text=True, cwd=tmp_path,
                           timeout=120, check=False)
 

@@ -14,7 +14,7 @@ import pytest
 import torch  # noqa: F401
 
 import lora_guard as lg
-from lora_guard import _config
+from lora_guard._core import config as _config
 
 # These tests run other pytest sessions that break invariants on purpose.
 pytestmark = pytest.mark.lora_guard(allow=tuple(lg.INVARIANTS))
@@ -552,12 +552,12 @@ def test_the_plugin_imports_nothing_heavy_unless_enabled(pytester: pytest.Pytest
     installed = _modules_seen(pytester)
     added = installed - without
     assert "lora_guard.pytest_plugin" in added
-    heavy = {"torch", "hypothesis", "numpy", "safetensors", "peft", "lora_guard._plugin",
-             "lora_guard.testing", "lora_guard.strategies", "lora_guard._adapter_writer"}
+    heavy = {"torch", "hypothesis", "numpy", "safetensors", "peft", "lora_guard._frontends.plugin",
+             "lora_guard.testing", "lora_guard.strategies", "lora_guard._testing.adapter_writer"}
     assert not added & heavy, sorted(added & heavy)
     assert not any(m.startswith(("torch.", "lora_guard.integrations")) for m in added)
     enabled = _modules_seen(pytester, "--lora-guard")
-    assert "lora_guard._plugin" in enabled
+    assert "lora_guard._frontends.plugin" in enabled
     assert not enabled & {"torch", "hypothesis", "numpy"}
 
 

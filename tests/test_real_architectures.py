@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 import lora_guard as lg
-from lora_guard._cli import main
+from lora_guard._frontends.cli import main
 
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -19,8 +19,8 @@ import pytest
 
 import lora_guard as lg
 from conftest_adapters import peft_adapter
-from lora_guard._adapter_writer import write_adapter
-from lora_guard._cli import main
+from lora_guard._frontends.cli import main
+from lora_guard._testing.adapter_writer import write_adapter
 from remote_servers import S3_ENV, FileServer, S3Server
 
 pytest.importorskip("s3fs")

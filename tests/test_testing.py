@@ -165,7 +165,7 @@ def test_the_factory_skips_names_already_on_disk(tmp_path: Path) -> None:
 
 
 def test_write_adapter_is_re_exported() -> None:
-    from lora_guard import _adapter_writer
+    from lora_guard._testing import adapter_writer as _adapter_writer
 
     assert testing.write_adapter is _adapter_writer.write_adapter
     assert testing.DEFECTS is _adapter_writer.DEFECTS

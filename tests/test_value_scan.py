@@ -15,8 +15,8 @@ import pytest
 
 import lora_guard as lg
 from conftest_adapters import TINY_LLAMA
-from lora_guard import _values
-from lora_guard._cli import main
+from lora_guard._checking import values as _values
+from lora_guard._frontends.cli import main
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -13,8 +13,8 @@ import threading
 import pytest
 
 import lora_guard as lg
-from lora_guard._catalogue import fix_as_documented
-from lora_guard._errors import error_class, make_violation
+from lora_guard._core.catalogue import fix_as_documented
+from lora_guard._core.errors import error_class, make_violation
 
 CODES = ["LG001", "LG002", "LG003", "LG004", "LG101", "LG102", "LG103", "LG104", "LG105",
          "LG106", "LG107", "LG108", "LG109", "LG110", "LG201", "LG301"]

@@ -1,11 +1,11 @@
-"""Regenerate ``src/lora_guard/_architectures.py``: the module names of each architecture.
+"""Regenerate ``src/lora_guard/_reading/architectures.py``: the module names of each architecture.
 
 For every causal-LM architecture transformers knows, a tiny model is built on the meta device
 (no weights, no download) and the last name of each module and parameter path is kept
 (``q_proj``, ``c_attn``, ``gate_up_proj``). The checker compares the last name of an adapter's
 module paths with those of the base model's ``model_type`` (LG109 ``architecture``).
 
-Run: python tools/gen_architectures.py > src/lora_guard/_architectures.py
+Run: python tools/gen_architectures.py > src/lora_guard/_reading/architectures.py
 """
 
 from __future__ import annotations

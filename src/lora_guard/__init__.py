@@ -14,14 +14,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._adapters import AdapterSpec, LoRAModuleSpec, TensorInfo, inspect_adapter
-    from ._cache import GuardedCache, guard_cache_lookup, weight_cache_key
-    from ._catalogue import INVARIANTS, Invariant
-    from ._check_adapters import Report, ServingLimits, adapter_servable, check_adapters
-    from ._checks import MoELayout
-    from ._config import Recording, configure, get_mode, recording
-    from ._distributed import assert_rank_consistent, rank_consistent, rank_fingerprint
-    from ._errors import (
+    from ._checking.check_adapters import Report, ServingLimits, adapter_servable, check_adapters
+    from ._checking.checks import MoELayout
+    from ._checking.predicates import (
+        cache_entry_matches,
+        check_slot_maps,
+        is_lora_guard_error,
+        layouts_uniform,
+        pool_shapes_stable,
+        shapes_conform,
+        slot_maps_consistent,
+    )
+    from ._checking.shapes import frozen_dims, shapes, unfreeze
+    from ._core.catalogue import INVARIANTS, Invariant
+    from ._core.config import Recording, configure, get_mode, recording
+    from ._core.errors import (
         AdapterError,
         CacheKeyCollisionError,
         LoRAGuardError,
@@ -33,31 +40,24 @@ if TYPE_CHECKING:
         ShapeContractError,
         Violation,
     )
-    from ._layouts import LayoutRegistry, detect_moe_layout, guard_adapter_load
-    from ._predicates import (
-        cache_entry_matches,
-        check_slot_maps,
-        is_lora_guard_error,
-        layouts_uniform,
-        pool_shapes_stable,
-        shapes_conform,
-        slot_maps_consistent,
-    )
-    from ._shapes import frozen_dims, shapes, unfreeze
+    from ._guarding.cache import GuardedCache, guard_cache_lookup, weight_cache_key
+    from ._guarding.distributed import assert_rank_consistent, rank_consistent, rank_fingerprint
+    from ._guarding.layouts import LayoutRegistry, detect_moe_layout, guard_adapter_load
+    from ._reading.adapters import AdapterSpec, LoRAModuleSpec, TensorInfo, inspect_adapter
 
 __version__ = "0.1.0"
 
 # Where each public name lives; the TYPE_CHECKING imports above say the same for type
 # checkers, and a test keeps the two in step.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "._adapters": ("AdapterSpec", "LoRAModuleSpec", "TensorInfo", "inspect_adapter"),
-    "._cache": ("GuardedCache", "guard_cache_lookup", "weight_cache_key"),
-    "._catalogue": ("INVARIANTS", "Invariant"),
-    "._check_adapters": ("Report", "ServingLimits", "adapter_servable", "check_adapters"),
-    "._checks": ("MoELayout",),
-    "._config": ("Recording", "configure", "get_mode", "recording"),
-    "._distributed": ("assert_rank_consistent", "rank_consistent", "rank_fingerprint"),
-    "._errors": (
+    "._reading.adapters": ("AdapterSpec", "LoRAModuleSpec", "TensorInfo", "inspect_adapter"),
+    "._guarding.cache": ("GuardedCache", "guard_cache_lookup", "weight_cache_key"),
+    "._core.catalogue": ("INVARIANTS", "Invariant"),
+    "._checking.check_adapters": ("Report", "ServingLimits", "adapter_servable", "check_adapters"),
+    "._checking.checks": ("MoELayout",),
+    "._core.config": ("Recording", "configure", "get_mode", "recording"),
+    "._guarding.distributed": ("assert_rank_consistent", "rank_consistent", "rank_fingerprint"),
+    "._core.errors": (
         "AdapterError",
         "CacheKeyCollisionError",
         "LoRAGuardError",
@@ -69,8 +69,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "ShapeContractError",
         "Violation",
     ),
-    "._layouts": ("LayoutRegistry", "detect_moe_layout", "guard_adapter_load"),
-    "._predicates": (
+    "._guarding.layouts": ("LayoutRegistry", "detect_moe_layout", "guard_adapter_load"),
+    "._checking.predicates": (
         "cache_entry_matches",
         "check_slot_maps",
         "is_lora_guard_error",
@@ -79,7 +79,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "shapes_conform",
         "slot_maps_consistent",
     ),
-    "._shapes": ("frozen_dims", "shapes", "unfreeze"),
+    "._checking.shapes": ("frozen_dims", "shapes", "unfreeze"),
 }
 _HOME = {name: module for module, names in _PUBLIC.items() for name in names}
 

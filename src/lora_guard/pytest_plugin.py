@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from ._config import Recording
+    from ._core.config import Recording
     from .testing import AdapterFactory
 
 __all__ = ["lora_violations", "make_adapter"]
 
-# The enabled sessions of this process, innermost last; see lora_guard._plugin.
+# The enabled sessions of this process, innermost last; see lora_guard._frontends.plugin.
 _SESSIONS: list[object] = []
 # allow/expect of each item's lora_guard markers, validated at collection.
 _MARKS_KEY = pytest.StashKey[tuple[frozenset[str], frozenset[str]]]()
@@ -33,7 +33,7 @@ _MARKS_KEY = pytest.StashKey[tuple[frozenset[str], frozenset[str]]]()
 
 def _marker_codes(item: pytest.Item) -> tuple[frozenset[str], frozenset[str]]:
     """``allow`` and ``expect`` of every ``lora_guard`` marker on the item; ValueError if bad."""
-    from ._codes import check_codes  # the catalogue only: no torch, no guard
+    from ._core.codes import check_codes  # the catalogue only: no torch, no guard
 
     allow: set[str] = set()
     expect: set[str] = set()
@@ -117,7 +117,7 @@ def pytest_configure(config: pytest.Config) -> None:
     instrument = config.getoption("--lora-guard-instrument") or config.getini(
         "lora_guard_instrument")
     if enabled or instrument:
-        from . import _plugin
+        from ._frontends import plugin as _plugin
 
         _plugin.install(config, enabled=bool(enabled))
 
@@ -144,7 +144,7 @@ def lora_violations(request: pytest.FixtureRequest) -> Iterator[Recording]:
     if live is not None:
         yield live
         return
-    from ._config import recording
+    from ._core.config import recording
 
     with recording() as rec:
         yield rec

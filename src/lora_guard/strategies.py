@@ -36,7 +36,7 @@ from typing import Any, Literal, TypeVar
 
 from hypothesis import strategies as st
 
-from ._adapter_writer import ATTENTION_TARGETS, DEFECTS, MLP_TARGETS, write_adapter
+from ._testing.adapter_writer import ATTENTION_TARGETS, DEFECTS, MLP_TARGETS, write_adapter
 
 __all__ = [
     "DTYPES",

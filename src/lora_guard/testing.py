@@ -27,13 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._catalogue import INVARIANTS
-from ._codes import check_codes
-from ._config import Recording, add_sink, remove_sink
-from ._errors import LoRAGuardError
+from ._core.catalogue import INVARIANTS
+from ._core.codes import check_codes
+from ._core.config import Recording, add_sink, remove_sink
+from ._core.errors import LoRAGuardError
 
 if TYPE_CHECKING:  # re-exported lazily, see __getattr__: the writer imports heavier things
-    from ._adapter_writer import DEFECTS, write_adapter
+    from ._testing.adapter_writer import DEFECTS, write_adapter
 
 __all__ = [
     "DEFECTS",
@@ -52,7 +52,7 @@ _ACTIVE_LOCK = threading.Lock()
 
 def __getattr__(name: str) -> Any:
     if name in ("write_adapter", "DEFECTS"):
-        from . import _adapter_writer
+        from ._testing import adapter_writer as _adapter_writer
 
         return getattr(_adapter_writer, name)
     raise AttributeError(f"module 'lora_guard.testing' has no attribute {name!r}")
@@ -178,7 +178,7 @@ class AdapterFactory:
 
     def __call__(self, name: str | None = None, **options: Any) -> Path:
         """Write one adapter folder under `directory`; return its path."""
-        from ._adapter_writer import write_adapter
+        from ._testing.adapter_writer import write_adapter
 
         if name is None:
             while True:

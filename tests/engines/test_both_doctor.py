@@ -27,7 +27,7 @@ DOCTOR = """
     import _harness
     _harness.cpu_imports()  # what a CPU needs; a GPU server imports the engines as they are
     {before}
-    from lora_guard._cli import main
+    from lora_guard._frontends.cli import main
     sys.exit(main({argv!r}))
 """
 

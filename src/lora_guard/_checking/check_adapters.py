@@ -11,7 +11,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
-from ._adapters import (
+from lora_guard._checking.checks import MoELayout, check_moe_layouts
+from lora_guard._core.config import report as _report
+from lora_guard._core.errors import Violation, make_violation
+from lora_guard._reading.adapters import (
     FEATURES,
     AdapterSpec,
     LoRAModuleSpec,
@@ -23,12 +26,9 @@ from ._adapters import (
     parameter_key,
     pattern_value,
 )
-from ._architectures import ARCHITECTURE_NAMES
-from ._basemodel import BaseModelDims, load_base_config
-from ._checks import MoELayout, check_moe_layouts
-from ._config import report as _report
-from ._errors import Violation, make_violation
-from ._safetensors import DTYPE_NAMES, safetensors_code
+from lora_guard._reading.architectures import ARCHITECTURE_NAMES
+from lora_guard._reading.basemodel import BaseModelDims, load_base_config
+from lora_guard._reading.safetensors import DTYPE_NAMES, safetensors_code
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -234,9 +234,9 @@ class ServingLimits:
             >>> lg.ServingLimits.for_engine("vllm", "--max-lora-rank", "24")  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            lora_guard._engines.EngineOptionError: --max-lora-rank '24': not one of 1, 8, 16, ...
+            lora_guard._checking.engines.EngineOptionError: --max-lora-rank '24': not one of ...
         """
-        from ._engines import limits_for_engine
+        from lora_guard._checking.engines import limits_for_engine
 
         limits: ServingLimits = limits_for_engine(name, *argv, version=version,
                                                   **engine_options)
@@ -376,7 +376,7 @@ def _spec_key(adapter_id: str) -> str:
 def _fetch_remote(items: list[PathOrSpec]) -> dict[int, list[tuple[str, Future[Any]]]]:
     if not any(isinstance(i, str) and ("://" in i or i.count("/") == 1) for i in items):
         return {}  # no URL, no Hub id: the remote module is not even imported
-    from ._remote import fetch_remote
+    from lora_guard._reading.remote import fetch_remote
 
     return fetch_remote(items)
 
@@ -981,7 +981,7 @@ def spec_violations(
     Example:
         >>> import tempfile, lora_guard as lg
         >>> from lora_guard.testing import write_adapter
-        >>> from lora_guard._check_adapters import spec_violations
+        >>> from lora_guard._checking.check_adapters import spec_violations
         >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/a", rank=32))
         >>> [v.code for v in spec_violations(spec, lg.ServingLimits(max_rank=16))]
         ['LG101']
@@ -1104,7 +1104,9 @@ def check_adapters(
                 spec = target if isinstance(target, AdapterSpec) else load_spec(target)
                 found = _check_spec(subject, spec, limits)
                 if scan_values:
-                    from ._values import scan_violations  # reads values: only when asked
+                    from lora_guard._checking.values import (
+                        scan_violations,  # reads values: only when asked
+                    )
 
                     found += scan_violations(spec, subject)
             except Malformed as exc:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._errors import Violation, make_violation
+from lora_guard._core.errors import Violation, make_violation
 
 __all__ = [
     "MoELayout",
@@ -41,7 +41,7 @@ def shape_of(obj: Any, *, name: str = "value") -> tuple[int, ...] | None:
     `ValueError` naming ``name``.
 
     Example:
-        >>> from lora_guard._checks import shape_of
+        >>> from lora_guard._checking.checks import shape_of
         >>> shape_of((8, 64)), shape_of("text")
         ((8, 64), None)
         >>> class Meta:

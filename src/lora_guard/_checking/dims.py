@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._checks import dtype_name, shape_of
-from ._errors import Violation, make_violation
+from lora_guard._checking.checks import dtype_name, shape_of
+from lora_guard._core.errors import Violation, make_violation
 
 __all__ = ["Dim", "DimSpec", "bind_dims", "parse_spec"]
 

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._adapters import FEATURES
+from lora_guard._reading.adapters import FEATURES
 
 if TYPE_CHECKING:
-    from ._check_adapters import ServingLimits
+    from lora_guard._checking.check_adapters import ServingLimits
 
 __all__ = [
     "ENGINES",
@@ -282,13 +282,13 @@ def profile(name: str, version: str | None = None) -> EngineProfile:
     """The profile of ``name`` (``"vllm"``, ``"vllm==0.34.0"``) at ``version`` (newest if None).
 
     Example:
-        >>> from lora_guard._engines import profile
+        >>> from lora_guard._checking.engines import profile
         >>> profile("vllm").label
         'vllm==0.34.0'
         >>> profile("vllm==0.1")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        lora_guard._engines.EngineOptionError: vllm 0.1 is not a supported release; supported: ...
+        lora_guard._checking.engines.EngineOptionError: vllm 0.1 is not a supported release; ...
     """
     if not isinstance(name, str):
         raise EngineOptionError(f"engine name must be a string such as 'vllm', got {name!r}")
@@ -454,7 +454,7 @@ def resolve_options(release: EngineProfile, argv: Sequence[str] = (),
 def limits_for_engine(name: str, *argv: str, version: str | None = None,
                       base_config: Any = None, **options: Any) -> ServingLimits:
     """`ServingLimits.for_engine`: the limits of one engine release from its flags."""
-    from ._check_adapters import ServingLimits
+    from lora_guard._checking.check_adapters import ServingLimits
 
     release = profile(name, version)
     flat: list[str] = []
@@ -518,7 +518,7 @@ def parse_serve_command(argv: Sequence[str], *, version: str | None = None,
     ``base_config`` is given), it is the base config.
 
     Example:
-        >>> from lora_guard._engines import parse_serve_command
+        >>> from lora_guard._checking.engines import parse_serve_command
         >>> cmd = parse_serve_command(["vllm", "serve", "meta-llama/Llama-3.1-8B",
         ...     "--enable-lora", "--lora-modules", "sql=/a/sql", "--max-lora-rank", "64"])
         >>> cmd.limits.engine, cmd.limits.max_rank, cmd.adapters

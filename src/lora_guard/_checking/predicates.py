@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from typing_extensions import TypeIs
 
-from ._checks import (
+from lora_guard._checking.checks import (
     check_cache_entry,
     check_moe_layouts,
     check_slot_maps_violations,
     shape_of,
     weights_of,
 )
-from ._config import report
-from ._dims import bind_dims, parse_spec
-from ._errors import LoRAGuardError
-from ._shapes import frozen_dims
+from lora_guard._checking.dims import bind_dims, parse_spec
+from lora_guard._checking.shapes import frozen_dims
+from lora_guard._core.config import report
+from lora_guard._core.errors import LoRAGuardError
 
 if TYPE_CHECKING:
     import torch

@@ -19,10 +19,10 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
-from ._checks import dtype_name, shape_of
-from ._config import STATE, report
-from ._dims import DimSpec, bind_dims, parse_spec
-from ._errors import make_violation
+from lora_guard._checking.checks import dtype_name, shape_of
+from lora_guard._checking.dims import DimSpec, bind_dims, parse_spec
+from lora_guard._core.config import STATE, report
+from lora_guard._core.errors import make_violation
 
 __all__ = ["frozen_dims", "shapes", "unfreeze"]
 
@@ -519,7 +519,7 @@ def _dynamo_compiling() -> Callable[[], bool]:
 
 
 def _dtype_names(dtypes: Iterable[Any]) -> frozenset[Any]:
-    from ._safetensors import DTYPE_NAMES
+    from lora_guard._reading.safetensors import DTYPE_NAMES
 
     known = set(DTYPE_NAMES.values())
     names = set()

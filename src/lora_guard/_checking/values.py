@@ -19,9 +19,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ._adapters import AdapterSpec, Malformed, _open_regular
-from ._errors import Violation, make_violation
-from ._safetensors import HeaderError, TensorInfo, read_header_from_fd
+from lora_guard._core.errors import Violation, make_violation
+from lora_guard._reading.adapters import AdapterSpec, Malformed, _open_regular
+from lora_guard._reading.safetensors import HeaderError, TensorInfo, read_header_from_fd
 
 __all__ = ["CHUNK", "scan_violations", "tensor_stats"]
 
@@ -133,7 +133,7 @@ def tensor_stats(fd: int, start: int, info: TensorInfo) -> tuple[bool, int, int]
 
     Example:
         >>> import os, tempfile, struct
-        >>> from lora_guard._safetensors import TensorInfo
+        >>> from lora_guard._reading.safetensors import TensorInfo
         >>> fd, path = tempfile.mkstemp()
         >>> _ = os.write(fd, struct.pack("<4f", 0.0, float("nan"), float("inf"), 1.0))
         >>> tensor_stats(fd, 0, TensorInfo(shape=(4,), dtype="float32", nbytes=16))
@@ -173,7 +173,7 @@ def scan_violations(spec: AdapterSpec, subject: str) -> list[Violation]:
     Example:
         >>> import tempfile, lora_guard as lg
         >>> from lora_guard.testing import write_adapter
-        >>> from lora_guard._values import scan_violations
+        >>> from lora_guard._checking.values import scan_violations
         >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/untrained"))
         >>> [v.code for v in scan_violations(spec, "adapter 'untrained'")]
         ['LG119']

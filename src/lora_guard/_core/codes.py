@@ -3,7 +3,7 @@
 Used by ``lora_guard.testing.check_codes`` and by the pytest11 module at collection.
 
 Example:
-    >>> from lora_guard._codes import check_codes
+    >>> from lora_guard._core.codes import check_codes
     >>> check_codes(("LG001", "LG003"), where="allow")
     ('LG001', 'LG003')
 """
@@ -14,7 +14,7 @@ import difflib
 import re
 from collections.abc import Iterable
 
-from ._catalogue import INVARIANTS
+from lora_guard._core.catalogue import INVARIANTS
 
 __all__ = ["check_codes"]
 

@@ -11,14 +11,14 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Literal, NoReturn, overload
 
-from ._catalogue import INVARIANTS
-from ._errors import LoRAGuardWarning, Violation, error_class
+from lora_guard._core.catalogue import INVARIANTS
+from lora_guard._core.errors import LoRAGuardWarning, Violation, error_class
 
 __all__ = ["Mode", "Recording", "configure", "get_mode", "recording", "report"]
 
 Mode = Literal["raise", "warn", "record", "off"]
 MODES: tuple[Mode, ...] = ("raise", "warn", "record", "off")
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class _State:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._catalogue import INVARIANTS, Invariant
+from lora_guard._core.catalogue import INVARIANTS, Invariant
 
 __all__ = [
     "AdapterError",

@@ -30,8 +30,8 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
 if TYPE_CHECKING:
-    from ._check_adapters import Report
-    from ._errors import Violation
+    from lora_guard._checking.check_adapters import Report
+    from lora_guard._core.errors import Violation
 
 __all__ = ["DOCS_URL", "main"]
 
@@ -80,7 +80,7 @@ def _name_list(text: str) -> list[str]:
 
 def _code_list(text: str) -> list[str]:
     """Codes or prefixes (``LG101``, ``LG1``, ``ALL``), each checked against the catalogue."""
-    from ._catalogue import INVARIANTS
+    from lora_guard._core.catalogue import INVARIANTS
 
     out = []
     for part in _name_list(text):
@@ -94,7 +94,7 @@ def _code_list(text: str) -> list[str]:
 
 
 def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    from . import __version__
+    from lora_guard import __version__
 
     parser = _Parser(
         prog="lora-guard",
@@ -429,7 +429,7 @@ def _text_report(report: Report, *, quiet: bool = False, style: _Style | None = 
             adapter_id, str(spec.rank), ",".join(spec.dtypes) or "-", spec.layout,
             _short(",".join(spec.target_modules) or "-", 40), _size(spec.size), result,
         ])
-    from ._errors import printable
+    from lora_guard._core.errors import printable
 
     rows = [[printable(cell) for cell in row] for row in rows]  # names come from files
     lines = _table(rows, right={1, 5})
@@ -460,7 +460,7 @@ def _statistics(report: Report) -> list[tuple[str, int]]:
 
 
 def _statistics_text(report: Report) -> str:
-    from ._catalogue import INVARIANTS
+    from lora_guard._core.catalogue import INVARIANTS
 
     stats = _statistics(report)
     rows = [[str(n), code, INVARIANTS[code].slug, INVARIANTS[code].title] for code, n in stats]
@@ -483,7 +483,7 @@ def _transferred_text(report: Report) -> str:
 
 
 def _statistics_json(report: Report) -> str:
-    from ._catalogue import INVARIANTS
+    from lora_guard._core.catalogue import INVARIANTS
 
     data = [{"code": code, "name": INVARIANTS[code].slug, "count": n}
             for code, n in _statistics(report)]
@@ -542,8 +542,8 @@ def _artifact_uri(path: str) -> str:
 
 def sarif_log(report: Report) -> dict[str, Any]:
     """The report as a SARIF 2.1.0 log: one rule per catalogue code, one result per violation."""
-    from . import __version__
-    from ._catalogue import INVARIANTS
+    from lora_guard import __version__
+    from lora_guard._core.catalogue import INVARIANTS
 
     codes = list(INVARIANTS)
     rules = [{
@@ -630,7 +630,7 @@ def _wants_progress(args: argparse.Namespace) -> bool:
 
 
 def _is_remote(raw: str) -> bool:
-    from ._remote import is_remote
+    from lora_guard._reading.remote import is_remote
 
     return is_remote(raw)
 
@@ -659,7 +659,7 @@ _GENERIC = ("max_rank", "allowed_ranks", "max_loras", "target_modules", "dtypes"
 
 def _engine_limits(args: argparse.Namespace) -> tuple[Any, list[str]]:
     """--engine and/or the words after --: the engine's limits and the adapters it names."""
-    from ._engines import (
+    from lora_guard._checking.engines import (
         EngineOptionError,
         is_serve_command,
         limits_for_engine,
@@ -699,7 +699,7 @@ def _engine_limits(args: argparse.Namespace) -> tuple[Any, list[str]]:
 
 
 def _limits(args: argparse.Namespace) -> Any:
-    from ._check_adapters import ServingLimits
+    from lora_guard._checking.check_adapters import ServingLimits
 
     try:
         return ServingLimits(
@@ -716,7 +716,7 @@ def _limits(args: argparse.Namespace) -> Any:
 
 
 def _run_check(args: argparse.Namespace) -> int:
-    from ._check_adapters import check_adapters
+    from lora_guard._checking.check_adapters import check_adapters
 
     if args.statistics and args.format not in ("text", "json"):
         raise UsageError("--statistics prints text or json; drop --format "
@@ -731,7 +731,7 @@ def _run_check(args: argparse.Namespace) -> int:
                          "names them (--lora-modules / --lora-paths)")
     paths = _local_paths([*args.paths, *named])
     progress = _Progress(sys.stderr) if _wants_progress(args) else None
-    from ._remote import RemoteSetupError
+    from lora_guard._reading.remote import RemoteSetupError
 
     try:
         report = check_adapters(paths, limits, progress=progress,
@@ -825,7 +825,7 @@ def _restyle(lines: list[str], source: str, style: _Style) -> list[str]:
 
 
 def _explain(code: str, *, markdown: bool) -> int:
-    from ._catalogue import INVARIANTS
+    from lora_guard._core.catalogue import INVARIANTS
 
     wanted = code.strip()
     by_slug = {inv.slug: c for c, inv in INVARIANTS.items()}
@@ -844,7 +844,7 @@ def _explain(code: str, *, markdown: bool) -> int:
 
 
 def _codes(fmt: str) -> int:
-    from ._catalogue import INVARIANTS
+    from lora_guard._core.catalogue import INVARIANTS
 
     if fmt == "json":
         data = [{"code": c, "slug": inv.slug, "title": inv.title, "summary": inv.summary,
@@ -863,7 +863,7 @@ DOCTOR_ENGINES = ("vllm", "sglang")
 
 def _doctor(output: str) -> int:
     """``lora-guard doctor``: each installed engine's hooks, attached or missing."""
-    from .integrations import get
+    from lora_guard.integrations import get
 
     reports = {name: get(name).diagnose() for name in DOCTOR_ENGINES}  # type: ignore[attr-defined]
     failing = [name for name, r in reports.items()
@@ -894,7 +894,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``lora-guard``; returns the exit status (0 pass, 1 violations, 2 usage error).
 
     Example:
-        >>> from lora_guard._cli import main
+        >>> from lora_guard._frontends.cli import main
         >>> main(["explain", "LG110", "--markdown"])  # doctest: +ELLIPSIS
         ## LG110 too-many-adapters: More adapters than the served slot count
         ...

@@ -24,10 +24,10 @@ from typing import Any, Protocol, cast
 
 import pytest
 
-from . import pytest_plugin
-from ._catalogue import INVARIANTS
-from ._config import Mode, Recording, add_sink, configure, get_mode, remove_sink
-from ._errors import Violation
+from lora_guard import pytest_plugin
+from lora_guard._core.catalogue import INVARIANTS
+from lora_guard._core.config import Mode, Recording, add_sink, configure, get_mode, remove_sink
+from lora_guard._core.errors import Violation
 
 __all__ = ["REPORT_ATTRIBUTE", "LoRAGuardPlugin", "install"]
 
@@ -95,7 +95,7 @@ def _parse_instrument(value: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip().lower() for n in value.split(",") if n.strip()))
     if not names:
         return ()
-    from . import integrations  # light: imports no guarded library
+    from lora_guard import integrations  # light: imports no guarded library
 
     known = integrations.available()  # built in, and third parties' entry points
     unknown = [n for n in names if n not in known]
@@ -109,7 +109,7 @@ def _parse_instrument(value: str) -> tuple[str, ...]:
 
 
 def _load_integrations(names: Iterable[str]) -> list[tuple[str, _Instrumentable]]:
-    from . import integrations
+    from lora_guard import integrations
 
     loaded: list[tuple[str, _Instrumentable]] = []
     for name in names:

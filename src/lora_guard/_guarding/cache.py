@@ -9,9 +9,9 @@ from typing import Any, Literal, TypeVar, cast
 
 import wrapt
 
-from ._arguments import ArgSelector, selector
-from ._checks import check_cache_entry, dtype_name, shape_of
-from ._config import STATE, report
+from lora_guard._checking.checks import check_cache_entry, dtype_name, shape_of
+from lora_guard._core.arguments import ArgSelector, selector
+from lora_guard._core.config import STATE, report
 
 __all__ = ["GuardedCache", "guard_cache_lookup", "weight_cache_key"]
 

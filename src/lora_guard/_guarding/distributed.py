@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from ._catalogue import INVARIANTS
-from ._checks import dtype_name, shape_of
-from ._config import STATE, refuse, report
-from ._errors import Violation, make_violation
+from lora_guard._checking.checks import dtype_name, shape_of
+from lora_guard._core.catalogue import INVARIANTS
+from lora_guard._core.config import STATE, refuse, report
+from lora_guard._core.errors import Violation, make_violation
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup

@@ -7,10 +7,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
-from ._arguments import ArgSelector, selector
-from ._checks import MoELayout, check_moe_layouts, weights_of
-from ._config import STATE, report
-from ._errors import Violation, make_violation
+from lora_guard._checking.checks import MoELayout, check_moe_layouts, weights_of
+from lora_guard._core.arguments import ArgSelector, selector
+from lora_guard._core.config import STATE, report
+from lora_guard._core.errors import Violation, make_violation
 
 __all__ = ["LayoutRegistry", "detect_moe_layout", "guard_adapter_load"]
 

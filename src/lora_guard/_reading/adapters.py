@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._checks import MoELayout, check_moe_layouts
-from ._config import refuse
-from ._errors import Violation, make_violation
-from ._safetensors import (
+from lora_guard._checking.checks import MoELayout, check_moe_layouts
+from lora_guard._core.config import refuse
+from lora_guard._core.errors import Violation, make_violation
+from lora_guard._reading.safetensors import (
     OPEN_FLAGS,
     HeaderError,
     TensorInfo,
@@ -136,7 +136,7 @@ def init_method(config: Mapping[str, Any]) -> str | None:
     (converted adapters say ``init_lora_weights: true``).
 
     Example:
-        >>> from lora_guard._adapters import init_method
+        >>> from lora_guard._reading.adapters import init_method
         >>> init_method({"init_lora_weights": "pissa_niter_4"})
         'PiSSA'
         >>> init_method({"init_lora_weights": True}) is None
@@ -689,7 +689,7 @@ def pattern_value(pattern: Mapping[str, Any], module: str) -> Any:
     ``re.match(rf"(.*\\.)?({key})$", module)``, or None.
 
     Example:
-        >>> from lora_guard._adapters import pattern_value
+        >>> from lora_guard._reading.adapters import pattern_value
         >>> pattern_value({"k_proj": 4, "layers.1.self_attn.q_proj": 16},
         ...               "model.layers.1.self_attn.q_proj")
         16
@@ -783,7 +783,7 @@ def parameter_key(module: str, target: str, kind: str) -> str:
     parameter (``target_parameters``) the unwrapped module path and the parameter name.
 
     Example:
-        >>> from lora_guard._adapters import parameter_key
+        >>> from lora_guard._reading.adapters import parameter_key
         >>> parameter_key("model.layers.0.mlp.experts.base_layer", "gate_up_proj", "moe-flat")
         'model.layers.0.mlp.experts.gate_up_proj'
         >>> parameter_key("model.layers.0.self_attn.q_proj", "q_proj", "linear")
@@ -977,7 +977,9 @@ def build_spec(
 
 def _remote_url(path: str) -> bool:
     """``hf://``, ``s3://``, ``http(s)://``, or a bare Hub id ``ORG/NAME`` naming no local path."""
-    from ._remote import is_remote  # light: the libraries load only when a remote is read
+    from lora_guard._reading.remote import (
+        is_remote,  # light: the libraries load only when a remote is read
+    )
 
     return is_remote(path)
 
@@ -1009,7 +1011,9 @@ def inspect_adapter(path: str | os.PathLike[str]) -> AdapterSpec:
         lora_guard.AdapterError: LG108 malformed-adapter: adapter 'old': adapter_model.bin: ...
     """
     if isinstance(path, str) and _remote_url(path):
-        from ._remote import inspect_remote  # the remote extra, imported only when asked
+        from lora_guard._reading.remote import (
+            inspect_remote,  # the remote extra, imported only when asked
+        )
 
         return inspect_remote(path)
     folder = pathlib.Path(path)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._safetensors import OPEN_FLAGS, json_value_bound
+from lora_guard._reading.safetensors import OPEN_FLAGS, json_value_bound
 
 __all__ = ["BaseModelDims", "load_base_config"]
 
@@ -39,7 +39,7 @@ class BaseModelDims:
     """The module dims of a base model, from its ``config.json``.
 
     Example:
-        >>> from lora_guard._basemodel import BaseModelDims
+        >>> from lora_guard._reading.basemodel import BaseModelDims
         >>> dims = BaseModelDims.from_config({
         ...     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         ...     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128})

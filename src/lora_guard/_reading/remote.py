@@ -4,8 +4,8 @@ An adapter named by URL is read as a local one is, from ``adapter_config.json`` 
 safetensors header only, but over the network and never the tensor data: the config (at most
 its size cap), the first 8 bytes of ``adapter_model.safetensors``, then, once the announced
 header length has passed the cap and the file size, exactly the header. The bytes are parsed
-and checked by the same code as a local adapter's (`lora_guard._adapters.parse_config`,
-`lora_guard._safetensors.parse_header`).
+and checked by the same code as a local adapter's (`lora_guard._reading.adapters.parse_config`,
+`lora_guard._reading.safetensors.parse_header`).
 
 Where:
 
@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
 
-from ._adapters import (
+from lora_guard._core.config import refuse
+from lora_guard._reading.adapters import (
     _PICKLE_NAMES,
     CONFIG_NAME,
     MAX_CONFIG_BYTES,
@@ -58,8 +59,7 @@ from ._adapters import (
     malformed_violation,
     parse_config,
 )
-from ._config import refuse
-from ._safetensors import HeaderError, header_length, parse_header
+from lora_guard._reading.safetensors import HeaderError, header_length, parse_header
 
 __all__ = [
     "EXTRA",
@@ -103,7 +103,7 @@ def is_remote(path: str) -> bool:
     path into a local folder is always local (and a typo in it is a missing path).
 
     Example:
-        >>> from lora_guard._remote import is_remote
+        >>> from lora_guard._reading.remote import is_remote
         >>> is_remote("s3://bucket/loras/"), is_remote("hf://org/repo@v1/math")
         (True, True)
         >>> is_remote("my-org/no-such-local-folder"), is_remote("./my-org/math"), is_remote("a/b/c")

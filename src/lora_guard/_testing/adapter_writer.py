@@ -18,7 +18,7 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._safetensors import encode_header, safetensors_code, write_safetensors
+from lora_guard._reading.safetensors import encode_header, safetensors_code, write_safetensors
 
 __all__ = ["ATTENTION_TARGETS", "DEFECTS", "MLP_TARGETS", "write_adapter"]
 

@@ -28,7 +28,9 @@ from typing import Any
 
 import wrapt
 
-from .._adapters import (
+from .._core.config import STATE
+from .._core.errors import Violation
+from .._reading.adapters import (
     CONFIG_NAME,
     AdapterSpec,
     Malformed,
@@ -36,8 +38,6 @@ from .._adapters import (
     malformed_violation,
     read_config,
 )
-from .._config import STATE
-from .._errors import Violation
 
 __all__ = ["AttachReport", "Integration", "IntegrationWarning", "Patch", "local_adapter"]
 

@@ -37,12 +37,12 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._adapters import _LAYER, FEATURES, AdapterSpec
-from .._check_adapters import Expected, ServingLimits, spec_violations
-from .._checks import shape_of
-from .._config import report
-from .._errors import Violation, make_violation
-from .._layouts import LayoutRegistry
+from .._checking.check_adapters import Expected, ServingLimits, spec_violations
+from .._checking.checks import shape_of
+from .._core.config import report
+from .._core.errors import Violation, make_violation
+from .._guarding.layouts import LayoutRegistry
+from .._reading.adapters import _LAYER, FEATURES, AdapterSpec
 from ._base import Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "instrument", "layer_violations", "layout_registry", "uninstrument"]

@@ -54,13 +54,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._adapters import AdapterSpec
-from .._check_adapters import ServingLimits, spec_violations
-from .._checks import check_cache_entry, check_slot_maps_violations
-from .._config import report
-from .._errors import LoRAGuardError, Violation, make_violation
-from .._layouts import LayoutRegistry
-from .._shapes import shapes
+from .._checking.check_adapters import ServingLimits, spec_violations
+from .._checking.checks import check_cache_entry, check_slot_maps_violations
+from .._checking.shapes import shapes
+from .._core.config import report
+from .._core.errors import LoRAGuardError, Violation, make_violation
+from .._guarding.layouts import LayoutRegistry
+from .._reading.adapters import AdapterSpec
 from ._base import AttachReport, Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "SET_LORA_INFO_DIMS", "instrument", "uninstrument"]

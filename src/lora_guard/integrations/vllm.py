@@ -38,11 +38,11 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .._adapters import AdapterSpec
-from .._check_adapters import ServingLimits, spec_violations
-from .._checks import check_slot_maps_violations
-from .._config import report
-from .._errors import Violation, make_violation
+from .._checking.check_adapters import ServingLimits, spec_violations
+from .._checking.checks import check_slot_maps_violations
+from .._core.config import report
+from .._core.errors import Violation, make_violation
+from .._reading.adapters import AdapterSpec
 from ._base import AttachReport, Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "instrument", "slot_violations", "uninstrument"]
