@@ -150,6 +150,50 @@ def test_vllm_serves_the_sequence_classification_head(made: dict[str, pathlib.Pa
     assert lg.check_adapters(made["seq-cls"]).codes() == ["LG105"]
 
 
+def _base(tmp_path: pathlib.Path, config: Any, *architectures: str) -> pathlib.Path:
+    config.architectures = list(architectures)
+    config.save_pretrained(str(tmp_path / "base"))
+    return tmp_path / "base" / "config.json"
+
+
+def test_vllm_serves_a_classification_head_only_on_a_pooling_model(
+        made: dict[str, pathlib.Path], tmp_path: pathlib.Path) -> None:
+    # A SEQ_CLS adapter on `vllm serve meta-llama/...` (a generator: no classifier to load
+    # `score` into): vLLM's _validate_classification_head_lora fails the load.
+    causal = _base(tmp_path, _config(), "LlamaForCausalLM")
+    limits = lg.ServingLimits.for_engine("vllm", base_config=causal)
+    report = lg.check_adapters(made["seq-cls"], limits)
+    assert report.codes() == ["LG105"] and "score" in report.violations[0].message
+    for flags in (("--runner", "pooling"), ("--convert", "classify")):
+        limits = lg.ServingLimits.for_engine("vllm", *flags, base_config=causal)
+        assert lg.check_adapters(made["seq-cls"], limits).ok, flags
+    classifier = _base(tmp_path / "cls", _config(), "LlamaForSequenceClassification")
+    assert lg.check_adapters(made["seq-cls"], lg.ServingLimits.for_engine(
+        "vllm", base_config=classifier)).ok
+
+
+def test_vllm_loads_packed_weight_names_only_on_a_base_that_has_them(
+        tmp_path: pathlib.Path) -> None:
+    # A Phi-3 adapter (qkv_proj, gate_up_proj) served on a Llama of the same dims: vLLM
+    # expects q_proj/k_proj/v_proj weights there and refuses the load; sglang stacks q/k/v
+    # into qkv_proj itself and serves it.
+    phi3 = transformers.Phi3Config(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=128, pad_token_id=0)
+    model = peft.get_peft_model(transformers.Phi3ForCausalLM(phi3), peft.LoraConfig(
+        r=8, target_modules=["qkv_proj", "gate_up_proj"]))
+    model.save_pretrained(str(tmp_path / "phi3-lora"))
+    adapter = tmp_path / "phi3-lora"
+    llama = _base(tmp_path / "llama", _config(), "LlamaForCausalLM")
+    report = lg.check_adapters(adapter, lg.ServingLimits.for_engine("vllm", base_config=llama))
+    assert report.codes() == ["LG109"] and "gate_up_proj" in report.violations[0].message
+    assert lg.check_adapters(adapter, lg.ServingLimits.for_engine(
+        "sglang", base_config=llama)).ok
+    on_phi3 = _base(tmp_path / "phi3", phi3, "Phi3ForCausalLM")
+    assert lg.check_adapters(adapter, lg.ServingLimits.for_engine(
+        "vllm", base_config=on_phi3)).ok
+
+
 def test_vllm_refuses_what_its_peft_helper_refuses(made: dict[str, pathlib.Path]) -> None:
     for name in ("dora", "lora-bias", "bias-all"):
         assert check(made, name, engine="vllm") == ["LG105"], name
@@ -220,6 +264,18 @@ def test_sglang_scales_the_whole_adapter_by_alpha_over_r(
     assert "sglang==0.5.23 scales the whole adapter by lora_alpha / r = 1" in \
         report.violations[0].message
     assert check(made, "alpha-pattern", engine="sglang") == ["LG112"]
+
+
+def test_sglang_refuses_a_regex_target_modules(made: dict[str, pathlib.Path],
+                                               tmp_path: pathlib.Path) -> None:
+    adapter = shutil.copytree(made["plain"], tmp_path / "regex")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["target_modules"] = r".*\.(q_proj|k_proj|v_proj)"  # as PEFT saves a regex
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    report = lg.check_adapters(adapter, lg.ServingLimits.for_engine("sglang"))
+    assert report.codes() == ["LG202"]
+    assert "sglang==0.5.23 reads target_modules only as a list" in report.violations[0].message
+    assert lg.check_adapters(adapter, lg.ServingLimits.for_engine("vllm")).ok
 
 
 def test_sglang_max_lora_rank_defaults_to_the_largest_r_of_the_set(

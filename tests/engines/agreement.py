@@ -36,6 +36,10 @@ SILENT: dict[str, dict[str, str]] = {
         "loftq": "LoftQ trained on a quantised residual base: on the original base, garbage",
         "trainable-tokens": "sglang drops the trainable token deltas: new tokens are not served",
         "seq-cls-score": "sglang serves a causal LM: the trained `score` head is dropped",
+        "good-rslora": "sglang scales by lora_alpha / r, not rsLoRA's lora_alpha / sqrt(r): "
+                       "the delta serves at another strength",
+        "good-alpha-pattern": "sglang scales every module by lora_alpha / r: the "
+                              "alpha_pattern modules serve at another strength",
     },
     "vllm": {
         "rank-config-lies": "config r=8, tensors rank 4 (a mis-saved adapter): vLLM pads and "
@@ -57,12 +61,22 @@ class Row:
     engine_says: str
     guard: str
     codes: tuple[str, ...]
+    check: str  # `lora-guard check --engine` with the server's flags: "accepts" / "refuses"
+    check_codes: tuple[str, ...]
 
     @property
     def agreement(self) -> str:
-        if self.engine == self.guard:
-            return "agree"
-        return "engine-silent" if self.engine == "accepts" else "MISS"
+        return _agreement(self.engine, self.guard)
+
+    @property
+    def check_agreement(self) -> str:
+        return _agreement(self.engine, self.check)
+
+
+def _agreement(engine: str, lora_guard: str) -> str:
+    if engine == lora_guard:
+        return "agree"
+    return "engine-silent" if engine == "accepts" else "MISS"
 
 
 def _short(text: str, limit: int = 90) -> str:
@@ -99,9 +113,25 @@ def vllm_verdict(name: str, path: Path, base: Path) -> tuple[str, str, tuple[str
     return "accepts", "", ()
 
 
+SERVE_FLAGS: dict[str, tuple[str, ...]] = {
+    "vllm": ("--max-lora-rank", "16"),
+    "sglang": ("--max-lora-rank", "16", "--lora-target-modules", *corpus.ALL),
+}
+"""The servers' flags, as in `_harness`'s `vllm_server` and `sglang_server` of `rows`."""
+
+
+def check_verdict(engine: str, path: Path, base: Path) -> tuple[str, tuple[str, ...]]:
+    """`lora-guard check --engine ENGINE -- FLAGS --base-config BASE` on one adapter."""
+    limits = lg.ServingLimits.for_engine(engine, *SERVE_FLAGS[engine], base_config=base)
+    codes = tuple(dict.fromkeys(lg.check_adapters([path], limits).codes()))
+    return ("refuses" if codes else "accepts"), codes
+
+
 def rows(engine: str, root: Path, guard: Any) -> list[Row]:
     """Each corpus adapter through the real engine, first alone, then with lora_guard."""
     base = h.vllm_base_dir(root) if engine == "vllm" else None
+    # Both servers run the tiny Llama of `_harness.llama_config`: its config.json is the base.
+    base_config = h.vllm_base_dir(root / "checker-base") / "config.json"
     out = []
     for case in corpus.CASES:
         path = case.build(root / "adapters")
@@ -119,18 +149,23 @@ def rows(engine: str, root: Path, guard: Any) -> list[Row]:
                 if guarded:
                     guard.uninstrument()
         (alone, said, _), (_, _, codes) = verdicts
-        out.append(Row(case, alone, said, "refuses" if codes else "accepts", codes))
+        out.append(Row(case, alone, said, "refuses" if codes else "accepts", codes,
+                       *check_verdict(engine, path, base_config)))
     return out
 
 
 def table(engine: str, version: str, found: list[Row]) -> str:
-    agree = sum(r.agreement == "agree" for r in found)
-    silent = sum(r.agreement == "engine-silent" for r in found)
-    lines = [
-        f"{engine} {version}: {len(found)} adapters; {agree} same verdict, {silent} "
-        f"engine-silent (lora_guard refuses, the engine would serve them wrongly), "
-        f"{len(found) - agree - silent} disagreements.",
-        "",
+    lines = []
+    for label, of in (("lora_guard (runtime)", lambda r: r.agreement),
+                      ("check --engine", lambda r: r.check_agreement)):
+        agree = sum(of(r) == "agree" for r in found)
+        silent = sum(of(r) == "engine-silent" for r in found)
+        lines.append(
+            f"{engine} {version}, {label}: {len(found)} adapters; {agree} same verdict, "
+            f"{silent} engine-silent (lora_guard refuses, the engine would serve them "
+            f"wrongly), {len(found) - agree - silent} disagreements.")
+        lines.append("")
+    lines += [
         "| adapter | what | engine | engine says | lora_guard (runtime) | check --engine | "
         "agreement |",
         "|---|---|---|---|---|---|---|",
@@ -139,10 +174,13 @@ def table(engine: str, version: str, found: list[Row]) -> str:
         why = SILENT.get(engine, {}).get(r.case.name, "")
         verdict = r.agreement if not why else f"engine-silent: {why}"
         guard = r.guard + (f" ({', '.join(r.codes)})" if r.codes else "")
+        check = r.check + (f" ({', '.join(r.check_codes)})" if r.check_codes else "")
+        if r.check_agreement != r.agreement:
+            verdict += f"; check --engine: {r.check_agreement}"
         lines.append(
             f"| `{r.case.name}` | {r.case.what} | {r.engine} | "
-            f"{_short(r.engine_says) if r.engine_says else ''} | {guard} | "
-            f"pending (issue 14) | {verdict} |")
+            f"{_short(r.engine_says) if r.engine_says else ''} | {guard} | {check} | "
+            f"{verdict} |")
     return "\n".join(lines) + "\n"
 
 

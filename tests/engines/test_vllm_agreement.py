@@ -30,11 +30,13 @@ def test_the_engine_and_lora_guard_agree_on_every_corpus_adapter(tmp_path):
     found = agreement.rows(ENGINE, tmp_path, guard)
 
     assert len(found) >= 40
-    misses = [r.case.name for r in found if r.agreement == "MISS"]
-    assert misses == [], f"the engine refuses these and lora_guard lets them through: {misses}"
-    silent = {r.case.name for r in found if r.agreement == "engine-silent"}
-    assert silent == set(agreement.SILENT[ENGINE]), "each engine-silent case says why"
-    served = [r for r in found if r.engine == "accepts" and r.case.name.startswith("good-")]
-    assert served and all(r.guard == "accepts" for r in served), "no false alarm"
+    for verdict in ("agreement", "check_agreement"):  # the runtime guard, check --engine
+        misses = [r.case.name for r in found if getattr(r, verdict) == "MISS"]
+        assert misses == [], f"{verdict}: the engine refuses these, lora_guard passes {misses}"
+        silent = {r.case.name for r in found if getattr(r, verdict) == "engine-silent"}
+        assert silent == set(agreement.SILENT[ENGINE]), "each engine-silent case says why"
+    served = [r for r in found if r.engine == "accepts" and r.case.name.startswith("good-")
+              and r.case.name not in agreement.SILENT[ENGINE]]
+    assert served and all(r.guard == r.check == "accepts" for r in served), "no false alarm"
     stale = agreement.check_page(ENGINE, agreement.table(ENGINE, env.version, found))
     assert stale is None, stale

@@ -41,7 +41,8 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
-                "init-rerun", "cast")
+                "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
+                "target-modules-list")
 _RERUN_INITS = ("pissa", "olora")  # deterministic: PEFT's loading rewrites the base again
 """Version of `Report.to_dict`'s JSON schema; bumped only on an incompatible change."""
 
@@ -136,7 +137,12 @@ class ServingLimits:
     ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's),
     ``cast`` (every weight is cast to the engine's dtype: mixed dtypes serve, LG106 only for
     ``dtypes`` given), ``init-rerun`` (PEFT: loading a PiSSA/OLoRA adapter redoes its
-    deterministic init on the base, so it serves as trained)."""
+    deterministic init on the base, so it serves as trained), ``packed-names-native`` (a
+    weight named by a packed module, ``qkv_proj``, loads only on a base that has that module:
+    vLLM), ``heads-need-pooling`` (`served_heads` only on a base that is not a generative
+    ``*ForCausalLM``: vLLM's generate runner has no classifier), ``target-modules-list``
+    (``target_modules`` as a string other than ``all``/``all-linear`` is refused: sglang,
+    LG202)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 
@@ -583,24 +589,28 @@ _FUSED = {"gate_up_proj": ("gate_proj", "up_proj"), "qkv_proj": ("q_proj", "k_pr
           "w13": ("w1", "w3")}
 
 
-def _foreign(module: LoRAModuleSpec, base: BaseModelDims) -> bool:
+def _foreign(module: LoRAModuleSpec, base: BaseModelDims,
+             rules: frozenset[str] = frozenset()) -> bool:
     """A module whose name the base model's architecture does not have (GPT-2's ``c_attn`` on
     a Llama base), when the architecture is known. Per-expert paths are not compared: their
-    names changed between transformers releases (``block_sparse_moe.experts.0.w1``)."""
+    names changed between transformers releases (``block_sparse_moe.experts.0.w1``). A packed
+    name whose parts the base has (``qkv_proj`` on Llama) is the base's unless the engine
+    loads only the base's own names (``packed-names-native``)."""
     names = ARCHITECTURE_NAMES.get(base.model_type or "")
     if names is None or ".experts." in module.module + ".":
         return False
+    fused_ok = "packed-names-native" not in rules
     path = module.module
     while path.endswith(".base_layer"):
         path = path[: -len(".base_layer")]
     leaf = path.rsplit(".", 1)[-1]
     if leaf in names or leaf in _HEADS:
         return False
-    return not (leaf in _FUSED and all(part in names for part in _FUSED[leaf]))
+    return not (fused_ok and leaf in _FUSED and all(part in names for part in _FUSED[leaf]))
 
 
 def _check_base(subject: str, module: LoRAModuleSpec, base: BaseModelDims,
-                grouped: _Grouped) -> None:
+                grouped: _Grouped, rules: frozenset[str] = frozenset()) -> None:
     key = module.a_key or module.b_key or module.module
     tower = _tower(module.module)
     if tower is not None:
@@ -609,7 +619,7 @@ def _check_base(subject: str, module: LoRAModuleSpec, base: BaseModelDims,
         grouped.add(("LG109", "tower", tower), key, {
             "tower": tower, "source": base.source})
         return
-    if _foreign(module, base):
+    if _foreign(module, base, rules):
         names = ARCHITECTURE_NAMES[base.model_type or ""]
         grouped.add(("LG109", "architecture", base.model_type), module.module, {
             "model_type": base.model_type,
@@ -737,9 +747,14 @@ def _scaling(alpha: float, rank: int, rslora: bool) -> float:
 
 def _engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
                   found: list[Violation]) -> None:
-    """The engine's own rules of one adapter (LG111, LG112)."""
+    """The engine's own rules of one adapter (LG111, LG112, LG202)."""
     engine = limits.engine or "the server"
     modules = [m for m in spec.modules.values() if m.rank]
+    targets = spec.config.get("target_modules")
+    if "target-modules-list" in limits.engine_rules and isinstance(targets, str) and (
+            targets not in ("all", "all-linear")):
+        found.append(make_violation("LG202", "target-string", subject, value=targets,
+                                    engine=engine))
     if "packed-ranks-uniform" in limits.engine_rules:
         groups: dict[tuple[str, str], dict[str, int]] = {}
         for m in modules:
@@ -832,7 +847,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     # LG105: features the server does not serve
     for name, value in spec.features.items():
         if name == "modules_to_save" and limits.served_heads is not None and _heads_served(
-                spec, limits.served_heads):
+                spec, limits.served_heads) and not _generative_base(limits):
             continue
         if name not in limits.allow:
             details = {"feature": _FEATURE_TEXT.get(name, name),
@@ -901,7 +916,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
         if module_dims is not None and module.module in module_dims:
             _check_fit(module, *module_dims[module.module], grouped)
         elif limits.base is not None:
-            _check_base(subject, module, limits.base, grouped)
+            _check_base(subject, module, limits.base, grouped, limits.engine_rules)
         elif vocab_size is not None:
             _check_vocab(module, vocab_size, grouped)
     if limits.base is not None:
@@ -1147,6 +1162,15 @@ def check_adapters(
         adapters=tuple(specs), violations=tuple(violations), ids=tuple(ids),
         by_adapter=types.MappingProxyType(by_adapter), limits=limits,
     )
+
+
+def _generative_base(limits: ServingLimits) -> bool:
+    """A base the engine runs as a generative model (``*ForCausalLM``), where a
+    classification head has no module to load into (``heads-need-pooling``)."""
+    if "heads-need-pooling" not in limits.engine_rules or limits.base is None:
+        return False
+    names = limits.base.architectures
+    return bool(names) and all(n.endswith(("ForCausalLM", "LMHeadModel")) for n in names)
 
 
 def _heads_served(spec: AdapterSpec, heads: frozenset[str]) -> bool:

@@ -125,6 +125,13 @@ _VLLM_FLAGS = (
          "no bearing on a check from headers"),
     Flag("--lora-modules", "lora_modules", "adapters", None,
          "adapters served: name=path or JSON {\"name\", \"path\"} (checked)"),
+    Flag("--runner", "runner", "choice", "auto",
+         "pooling serves classification heads (modules_to_save classifier/score); auto runs a "
+         "*ForCausalLM base as a generator, which has none (LG105)",
+         ("auto", "generate", "pooling", "draft")),
+    Flag("--convert", "convert", "choice", "auto",
+         "embed/classify turn a causal LM into a pooling model that serves the heads",
+         ("auto", "none", "embed", "classify")),
 )
 
 
@@ -140,7 +147,9 @@ def _vllm_build(options: Mapping[str, Any]) -> dict[str, Any]:
         "max_rank": options["max_lora_rank"],
         "target_modules": options.get("lora_target_modules"),
         "served_heads": _VLLM_HEADS,
-        "engine_rules": ("packed-slices", "cast"),
+        "engine_rules": ("packed-slices", "cast", "packed-names-native")
+        + (() if options.get("runner") == "pooling" or options.get("convert") in (
+            "embed", "classify") else ("heads-need-pooling",)),
     }
 
 
@@ -152,6 +161,14 @@ _VLLM_RULES = (
          "QALoRA and modules_to_save other than the classification heads classifier/score "
          "(added for SEQ_CLS/TOKEN_CLS adapters)",
          "vllm/lora/peft_helper.py:PEFTHelper._validate_features"),
+    Rule("LG105", "a classification head (modules_to_save score/classifier) loads only on a "
+         "pooling model: on a *ForCausalLM base run as a generator (no --runner pooling or "
+         "--convert classify) the load fails",
+         "vllm/lora/model_manager.py:LoRAModelManager._validate_classification_head_lora"),
+    Rule("LG109", "weights named by a packed module (qkv_proj, gate_up_proj) load only on a "
+         "model that has that module (Phi-3); on Llama the load fails: expected target "
+         "modules q_proj, k_proj, v_proj, ...",
+         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint"),
     Rule("LG105", "trainable_token_indices is not read; the adapter's token deltas are not "
          "served", "vllm/lora/peft_helper.py:PEFTHelper.from_dict", engine_refuses=False),
     Rule("LG104", "weight keys (not target_modules) are compared with the served modules; "
@@ -211,7 +228,8 @@ def _sglang_validate(options: Mapping[str, Any]) -> None:
 
 def _sglang_build(options: Mapping[str, Any]) -> dict[str, Any]:
     targets = options.get("lora_target_modules")
-    rules = ["packed-slices", "packed-ranks-uniform", "one-scaling", "cast"]
+    rules = ["packed-slices", "packed-ranks-uniform", "one-scaling", "cast",
+             "target-modules-list"]
     if options.get("max_lora_rank") is None:
         rules.append("rank-from-set")
     return {
@@ -235,6 +253,8 @@ _SGLANG_RULES = (
          "gate_up_proj), must be a subset of --lora-target-modules",
          "sglang/srt/lora/utils.py:get_normalized_target_modules; "
          "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes"),
+    Rule("LG202", "target_modules as a string other than 'all' / 'all-linear' (a PEFT regex) "
+         "fails the load", "sglang/srt/lora/utils.py:get_normalized_target_modules"),
     Rule("LG111", "the parts of one packed module (q/k/v, gate/up) must have one rank: a "
          "rank_pattern that gives them different ranks is refused when the weights are stacked",
          "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj"),

@@ -1191,7 +1191,8 @@ _ENTRIES = (
             "the engine takes."
         ),
         triggers=(
-            "sglang: `target_modules` is a string other than `all` or `all-linear`.",
+            "sglang (the integration, and `lora-guard check --engine sglang`): "
+            "`target_modules` is a string other than `all` or `all-linear`.",
         ),
         situations=(
             "An adapter trained with a regex `target_modules`, served on sglang.",
@@ -1212,7 +1213,7 @@ _ENTRIES = (
                 "target_modules only as a list of module names or 'all' / 'all-linear'."
             ),
         },
-        raised_by=("integrations.sglang",),
+        raised_by=("integrations.sglang", "lora-guard check --engine sglang"),
     ),
     _entry(
         code="LG301",

@@ -65,6 +65,8 @@ class BaseModelDims:
     """Non-text towers the model has (``vision``, ``audio``), from its ``*_config`` keys."""
     multimodal: bool = False
     """True when the config wraps a language model (``text_config``) or has any tower."""
+    architectures: tuple[str, ...] = ()
+    """The config's ``architectures`` (``LlamaForCausalLM``), empty when not given."""
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], source: str = "config.json") -> BaseModelDims:
@@ -79,6 +81,7 @@ class BaseModelDims:
         if isinstance(text, Mapping):  # multimodal wrappers keep the language model inside
             config = {**config, **text}
         model_type = config.get("model_type")
+        architectures = config.get("architectures")
         hidden = _int(config, "hidden_size", "n_embd", "d_model", "dim")
         if hidden is None:
             raise ValueError(
@@ -119,6 +122,8 @@ class BaseModelDims:
             model_type=model_type if isinstance(model_type, str) and model_type else None,
             towers=towers,
             multimodal=multimodal,
+            architectures=tuple(a for a in architectures if isinstance(a, str))
+            if isinstance(architectures, list) else (),
         )
 
     def _mlp(self, module: str, moe: bool) -> int | None:

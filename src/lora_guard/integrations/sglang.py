@@ -140,6 +140,11 @@ def _base_config(manager: Any) -> dict[str, Any] | None:
     return found if isinstance(found, dict) and found.get("hidden_size") else None
 
 
+# sglang/srt/lora/lora.py:LoRAAdapter.__init__ scales every module by lora_alpha / r: an
+# adapter trained with rsLoRA or an alpha_pattern would serve at another strength (LG112).
+_ENGINE: dict[str, Any] = {"engine": "sglang 0.5.23", "engine_rules": ("one-scaling",)}
+
+
 def _limits(manager: Any) -> ServingLimits:
     """What this server serves (``--max-lora-rank``, ``--lora-target-modules``, the base)."""
     start_up = _START_UP.get()
@@ -150,7 +155,7 @@ def _limits(manager: Any) -> ServingLimits:
         max_rank = None
     return ServingLimits(max_rank=max_rank,
                          target_modules=_served(getattr(manager, "target_modules", None)),
-                         base_config=_base_config(manager))
+                         base_config=_base_config(manager), **_ENGINE)
 
 
 def _config_form(spec: AdapterSpec, subject: str) -> list[Violation]:
@@ -263,7 +268,7 @@ def _init_state(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
         ranks = [spec.config.get("r") for _, spec, _ in specs if spec is not None]
         max_rank = max([r for r in ranks if isinstance(r, int) and r > 0], default=None)
     limits = ServingLimits(max_rank=max_rank, target_modules=_served(targets),
-                           base_config=_base_config(instance))
+                           base_config=_base_config(instance), **_ENGINE)
     vocab = getattr(getattr(instance, "base_hf_config", None), "vocab_size", None)
     violations: list[Violation] = []
     for lora_ref, spec, found in specs:
