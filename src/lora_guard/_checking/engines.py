@@ -339,42 +339,60 @@ def _prefixes(version: str) -> list[str]:
 # --- flags ---------------------------------------------------------------------------------
 
 
-def _value(flag: Flag, raw: Any) -> Any:
-    def bad(why: str) -> EngineOptionError:
-        return EngineOptionError(f"{flag.name} {raw!r}: {why}")
+def _bad(flag: Flag, raw: Any, why: str) -> EngineOptionError:
+    return EngineOptionError(f"{flag.name} {raw!r}: {why}")
 
+
+def _bool_value(flag: Flag, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise _bad(flag, raw, "expected true or false")
+
+
+def _int_value(flag: Flag, raw: Any) -> int:
+    try:
+        value = raw if isinstance(raw, int) and not isinstance(raw, bool) else int(str(raw))
+    except ValueError:
+        raise _bad(flag, raw, "expected an integer") from None
+    if value < 1:
+        raise _bad(flag, raw, "expected a positive integer")
+    if flag.choices and value not in flag.choices:
+        raise _bad(flag, raw, f"not one of {', '.join(map(str, flag.choices))}")
+    return value
+
+
+def _choice_value(flag: Flag, raw: Any) -> str:
+    if str(raw) not in flag.choices:
+        raise _bad(flag, raw, f"not one of {', '.join(map(str, flag.choices))}")
+    return str(raw)
+
+
+def _list_value(flag: Flag, raw: Any) -> list[str]:
+    names = [str(i) for i in ([raw] if isinstance(raw, str) else list(raw))]
+    if not names:
+        raise _bad(flag, raw, "expected one or more names")
+    unknown = [n for n in names if flag.choices and n not in flag.choices]
+    if unknown:
+        raise _bad(flag, raw, f"{unknown[0]!r} is not one of {', '.join(flag.choices)}")
+    return names
+
+
+def _value(flag: Flag, raw: Any) -> Any:
+    """``raw`` as the engine's parser reads ``flag``; `EngineOptionError` naming the flag."""
     if flag.kind == "bool":
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise bad("expected true or false")
+        return _bool_value(flag, raw)
     if flag.kind == "int" or (flag.kind == "choice" and isinstance(flag.choices[0], int)):
-        try:
-            value = raw if isinstance(raw, int) and not isinstance(raw, bool) else int(str(raw))
-        except ValueError:
-            raise bad("expected an integer") from None
-        if value < 1:
-            raise bad("expected a positive integer")
-        if flag.choices and value not in flag.choices:
-            raise bad(f"not one of {', '.join(map(str, flag.choices))}")
-        return value
+        return _int_value(flag, raw)
     if flag.kind == "choice":
-        if str(raw) not in flag.choices:
-            raise bad(f"not one of {', '.join(map(str, flag.choices))}")
-        return str(raw)
-    items = [raw] if isinstance(raw, str) else list(raw)
+        return _choice_value(flag, raw)
     if flag.kind == "list":
-        names = [str(i) for i in items]
-        if not names:
-            raise bad("expected one or more names")
-        unknown = [n for n in names if flag.choices and n not in flag.choices]
-        if unknown:
-            raise bad(f"{unknown[0]!r} is not one of {', '.join(flag.choices)}")
-        return names
+        return _list_value(flag, raw)
+    items = [raw] if isinstance(raw, str) else list(raw)
     return [_adapter_item(flag, item) for item in items]
 
 
@@ -404,6 +422,38 @@ def _adapter_item(flag: Flag, item: Any) -> tuple[str, str]:
     return name, path
 
 
+def _flag_at(release: EngineProfile, word: str) -> tuple[Flag | None, bool]:
+    """The LoRA flag ``word`` names (``--flag`` or ``--flag=value``), and whether it is the
+    ``--no-`` form of a boolean flag."""
+    name = word.partition("=")[0]
+    flag = release.flag(name)
+    if flag is None and name.startswith("--no-"):
+        negated = release.flag("--" + name[5:])
+        if negated is not None and negated.kind == "bool":
+            return negated, True
+    return flag, False
+
+
+def _flag_value(flag: Flag, word: str, words: Sequence[str], i: int) -> tuple[Any, int]:
+    """The value of ``flag`` given as ``word`` (words[i:] follow it), and the next index."""
+    _, eq, inline = word.partition("=")
+    if flag.kind == "bool":
+        return (_value(flag, inline) if eq else True), i
+    if flag.kind in ("list", "adapters"):
+        values = [inline] if eq else []
+        while not eq and i < len(words) and not words[i].startswith("--"):
+            values.append(words[i])
+            i += 1
+        if flag.kind == "list" and not values:
+            raise EngineOptionError(f"{flag.name} expects one or more values")
+        return _value(flag, values), i
+    if eq:
+        return _value(flag, inline), i
+    if i < len(words):
+        return _value(flag, words[i]), i + 1
+    raise EngineOptionError(f"{flag.name} expects a value")
+
+
 def _parse_flags(release: EngineProfile, argv: Sequence[str]) -> tuple[dict[str, Any],
                                                                         list[str]]:
     """The release's LoRA flags found in argv (others ignored) and the positional words."""
@@ -417,39 +467,17 @@ def _parse_flags(release: EngineProfile, argv: Sequence[str]) -> tuple[dict[str,
         if not word.startswith("--") or word == "--":
             positional.append(word)
             continue
-        name, eq, inline = word.partition("=")
-        flag = release.flag(name)
-        negated = None
-        if flag is None and name.startswith("--no-"):
-            negated = release.flag("--" + name[5:])
-        if negated is not None and negated.kind == "bool":
-            found[negated.dest] = False
-            continue
+        flag, negated = _flag_at(release, word)
         if flag is None:  # not a LoRA flag: skip it and its values
             while i < len(words) and not words[i].startswith("-"):
                 i += 1
-            continue
-        if flag.kind == "bool":
-            found[flag.dest] = _value(flag, inline) if eq else True
-            continue
-        if flag.kind in ("list", "adapters"):
-            values = [inline] if eq else []
-            while not eq and i < len(words) and not words[i].startswith("--"):
-                values.append(words[i])
-                i += 1
-            if flag.kind == "list" and not values:
-                raise EngineOptionError(f"{flag.name} expects one or more values")
-            found[flag.dest] = [*found.get(flag.dest, []), *_value(flag, values)] \
-                if flag.kind == "adapters" else _value(flag, values)
-            continue
-        if eq:
-            raw = inline
-        elif i < len(words):
-            raw = words[i]
-            i += 1
+        elif negated:
+            found[flag.dest] = False
         else:
-            raise EngineOptionError(f"{flag.name} expects a value")
-        found[flag.dest] = _value(flag, raw)
+            value, i = _flag_value(flag, word, words, i)
+            # --lora-modules / --lora-paths may be given more than once: they add up
+            found[flag.dest] = [*found.get(flag.dest, []), *value] \
+                if flag.kind == "adapters" else value
     return found, positional
 
 
