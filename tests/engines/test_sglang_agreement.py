@@ -38,5 +38,8 @@ def test_the_engine_and_lora_guard_agree_on_every_corpus_adapter(tmp_path):
     served = [r for r in found if r.engine == "accepts" and r.case.name.startswith("good-")
               and r.case.name not in agreement.SILENT[ENGINE]]
     assert served and all(r.guard == r.check == "accepts" for r in served), "no false alarm"
+    # one profile: the guard in the engine and `check --engine` report the very same codes
+    assert [(r.case.name, r.codes) for r in found] == [
+        (r.case.name, r.check_codes) for r in found]
     stale = agreement.check_page(ENGINE, agreement.table(ENGINE, env.version, found))
     assert stale is None, stale

@@ -104,7 +104,7 @@ def test_good_start_up_adapters_start_the_server_with_no_violation(guard, tmp_pa
 
 # --- dynamic loads, unload, swap ----------------------------------------------------------------
 
-@pytest.mark.lora_guard(expect=["LG101", "LG102"])  # sglang makes it a failed result
+@pytest.mark.lora_guard(expect=["LG101", "LG112"])  # sglang makes it a failed result
 def test_a_dynamic_load_above_the_max_rank_is_a_failed_result_with_the_full_message(
         guard, tmp_path):
     manager = h.sglang_server()
@@ -113,10 +113,10 @@ def test_a_dynamic_load_above_the_max_rank_is_a_failed_result_with_the_full_mess
     result = manager.load_lora_adapter(h.sglang_ref("sneaky", sneaky))
 
     assert result.success is False
-    # sglang sizes every slot by r (8) and ignores rank_pattern: the rank-32 tensors are both
-    # a rank the config does not declare (as sglang reads it) and above the pool's
-    assert result.error_message.startswith("LG102 rank-inconsistent: adapter 'sneaky'")
-    assert "rank 32" in result.error_message and "LG101" in result.error_message
+    # sglang compares r (8) with the pool and ignores rank_pattern: the rank-32 tensors are
+    # above the pool's rank, and would serve at lora_alpha / 8 (sglang's one scaling)
+    assert result.error_message.startswith("LG101 rank-exceeds-limit: adapter 'sneaky'")
+    assert "rank 32" in result.error_message and "LG112" in result.error_message
     assert manager.loras == {} and manager.configs == {} and manager.lora_refs == {}
 
 

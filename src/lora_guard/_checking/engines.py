@@ -13,6 +13,7 @@ serves it wrongly, the profile still refuses it; each such rule says ``engine_re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -35,6 +36,7 @@ __all__ = [
     "limits_for_engine",
     "parse_serve_command",
     "profile",
+    "running_limits",
 ]
 
 
@@ -520,6 +522,38 @@ def limits_for_engine(name: str, *argv: str, version: str | None = None,
     shown = {k: v for k, v in resolved.items() if k not in ("lora_modules", "lora_paths")}
     return ServingLimits(engine=release.label, engine_options=shown, base_config=base_config,
                          **kwargs)
+
+
+def running_limits(engine: str, installed: str | None, *, base_config: Any = None,
+                   narrow: Mapping[str, Any] | None = None, **options: Any) -> ServingLimits:
+    """The profile's limits inside a running engine: what the runtime integrations check with.
+
+    ``installed`` is the engine's installed version (its profile; the newest supported one
+    for a release lora_guard has no profile of, which `lora-guard doctor` flags); ``options``
+    are the server's own options by their Python names (``max_lora_rank=16``), resolved as
+    ``lora-guard check --engine`` resolves them, so the guard and the checker apply the same
+    rules. ``narrow`` then replaces fields with what the running server knows exactly (the
+    modules its model has, in place of ``--lora-target-modules``). A value the engine took
+    but its parser would not (a rank outside vLLM's list, set in Python) stays as the server
+    has it, in ``narrow``.
+
+    Example:
+        >>> from lora_guard._checking.engines import running_limits
+        >>> limits = running_limits("sglang", "0.5.23", max_lora_rank=16,
+        ...                         narrow={"target_modules": ("q_proj", "v_proj")})
+        >>> limits.engine, limits.max_rank, sorted(limits.target_modules)
+        ('sglang==0.5.23', 16, ['q_proj', 'v_proj'])
+    """
+    try:
+        release = profile(engine, installed)
+    except EngineOptionError:
+        release = profile(engine)
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        limits = limits_for_engine(release.label, base_config=base_config, **given)
+    except EngineOptionError:
+        limits = limits_for_engine(release.label, base_config=base_config)
+    return dataclasses.replace(limits, **narrow) if narrow else limits
 
 
 # --- a pasted serve command ----------------------------------------------------------------

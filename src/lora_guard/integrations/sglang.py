@@ -1,13 +1,19 @@
 """lora_guard in front of sglang's LoRA serving: loading, the memory pool, MoE pools, slots.
 
 Guarded (tested on sglang 0.5.23, the engine tier ``tests/engines/``; other releases get an
-`IntegrationWarning` and `lora-guard doctor` lists each hook):
+`IntegrationWarning` and `lora-guard doctor` lists each hook). Every adapter is checked with
+the one sglang profile that ``lora-guard check --engine sglang`` and
+``ServingLimits.for_engine("sglang", ...)`` use, filled with the running server's own
+``--max-lora-rank``, ``--lora-target-modules`` and base model, so the guard in the server and
+the checker on the files report the same codes (the engine tier asserts it adapter by adapter):
 
 - ``LoRAManager.load_lora_adapter``: before sglang reads a tensor, the adapter's config and
   safetensors header go through the checker of ``lora-guard check``
   (`lora_guard.check_adapters`) with the server's limits: ranks of ``r``,
   ``rank_pattern`` and the tensors against ``--max-lora-rank`` (LG101; sglang compares
-  ``r`` only), weights for modules outside ``--lora-target-modules`` (LG104, fused
+  ``r`` only), the profile's own rules (LG111 ranks that differ within q/k/v or gate/up,
+  LG112 a scaling other than sglang's one ``lora_alpha / r``, LG202 a regex
+  ``target_modules``), weights for modules outside ``--lora-target-modules`` (LG104, fused
   ``qkv_proj`` / ``gate_up_proj`` serving their parts) or outside LoRA key grammar (sglang
   drops such weights silently), config features sglang does not serve (LG105: DoRA,
   ``lora_bias``, ``bias``, ``modules_to_save``, trainable tokens, ...), LG102, LG103, LG107,
@@ -47,7 +53,6 @@ Example:
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import importlib
 import sys
 import weakref
@@ -56,6 +61,7 @@ from typing import Any
 
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_cache_entry, check_slot_maps_violations
+from .._checking.engines import running_limits
 from .._checking.shapes import shapes
 from .._core.config import report
 from .._core.errors import LoRAGuardError, Violation, make_violation
@@ -140,9 +146,18 @@ def _base_config(manager: Any) -> dict[str, Any] | None:
     return found if isinstance(found, dict) and found.get("hidden_size") else None
 
 
-# sglang/srt/lora/lora.py:LoRAAdapter.__init__ scales every module by lora_alpha / r: an
-# adapter trained with rsLoRA or an alpha_pattern would serve at another strength (LG112).
-_ENGINE: dict[str, Any] = {"engine": "sglang 0.5.23", "engine_rules": ("one-scaling",)}
+def _rank(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
+
+
+def _server_limits(manager: Any, max_rank: int | None, targets: Any) -> ServingLimits:
+    """The sglang profile of ``lora-guard check --engine sglang`` (the installed release's
+    rules: packed q/k/v and gate/up, one rank per packed module, one scaling, target_modules
+    as a list), with this server's ``--max-lora-rank``, ``--lora-target-modules`` and base."""
+    return running_limits(
+        "sglang", INTEGRATION.version(), base_config=_base_config(manager),
+        max_lora_rank=max_rank, narrow={"max_rank": max_rank, "target_modules": _served(targets)})
 
 
 def _limits(manager: Any) -> ServingLimits:
@@ -150,30 +165,13 @@ def _limits(manager: Any) -> ServingLimits:
     start_up = _START_UP.get()
     if start_up is not None and start_up[0] is manager:
         return start_up[1]
-    max_rank = getattr(manager, "max_lora_rank", None)
-    if not (isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0):
-        max_rank = None
-    return ServingLimits(max_rank=max_rank,
-                         target_modules=_served(getattr(manager, "target_modules", None)),
-                         base_config=_base_config(manager), **_ENGINE)
+    return _server_limits(manager, _rank(getattr(manager, "max_lora_rank", None)),
+                          getattr(manager, "target_modules", None))
 
 
-def _config_form(spec: AdapterSpec, subject: str) -> list[Violation]:
-    """LG202: config fields sglang reads in another form than PEFT may write them."""
-    targets = spec.config.get("target_modules")
-    if isinstance(targets, str) and targets not in ("all", "all-linear"):
-        return [make_violation("LG202", "target-string", subject, value=targets,
-                               engine="sglang 0.5.23")]
-    return []
-
-
-def _as_sglang_reads(spec: AdapterSpec) -> AdapterSpec:
-    """sglang 0.5.23 sizes every module's slot by ``r`` and ignores ``rank_pattern``: a
-    module of another rank is a rank the config (as sglang reads it) does not declare
-    (LG102), whichever way it differs."""
-    if not spec.config.get("rank_pattern"):
-        return spec
-    return dataclasses.replace(spec, config={**spec.config, "rank_pattern": {}})
+def _vocab(manager: Any) -> int | None:
+    vocab = getattr(getattr(manager, "base_hf_config", None), "vocab_size", None)
+    return vocab if isinstance(vocab, int) and vocab > 0 else None
 
 
 def _check(manager: Any, lora_ref: Any) -> tuple[list[Violation], AdapterSpec | None]:
@@ -181,11 +179,8 @@ def _check(manager: Any, lora_ref: Any) -> tuple[list[Violation], AdapterSpec | 
     subject = _subject(lora_ref)
     spec, violations = local_adapter(getattr(lora_ref, "lora_path", None), subject)
     if spec is not None:
-        vocab = getattr(getattr(manager, "base_hf_config", None), "vocab_size", None)
-        violations += _config_form(spec, subject)
-        violations += spec_violations(
-            _as_sglang_reads(spec), _limits(manager), subject=subject, skip=_SGLANG_SETTLES,
-            vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
+        violations += spec_violations(spec, _limits(manager), subject=subject,
+                                      skip=_SGLANG_SETTLES, vocab_size=_vocab(manager))
     return violations, spec
 
 
@@ -264,21 +259,16 @@ def _init_state(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
     for lora_ref in refs:
         spec, found = local_adapter(getattr(lora_ref, "lora_path", None), _subject(lora_ref))
         specs.append((lora_ref, spec, found))
-    if not (isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0):
-        ranks = [spec.config.get("r") for _, spec, _ in specs if spec is not None]
-        max_rank = max([r for r in ranks if isinstance(r, int) and r > 0], default=None)
-    limits = ServingLimits(max_rank=max_rank, target_modules=_served(targets),
-                           base_config=_base_config(instance), **_ENGINE)
-    vocab = getattr(getattr(instance, "base_hf_config", None), "vocab_size", None)
+    if _rank(max_rank) is None:  # sglang sizes the pool by the largest r of the set
+        ranks = [_rank(spec.config.get("r")) for _, spec, _ in specs if spec is not None]
+        max_rank = max([r for r in ranks if r is not None], default=None)
+    limits = _server_limits(instance, _rank(max_rank), targets)
     violations: list[Violation] = []
     for lora_ref, spec, found in specs:
         violations += found
         if spec is not None:
-            violations += _config_form(spec, _subject(lora_ref))
-            violations += spec_violations(
-                _as_sglang_reads(spec), limits, subject=_subject(lora_ref),
-                skip=_SGLANG_SETTLES,
-                vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
+            violations += spec_violations(spec, limits, subject=_subject(lora_ref),
+                                          skip=_SGLANG_SETTLES, vocab_size=_vocab(instance))
     report(violations)  # a server that would start wrong does not start
     for lora_ref, spec, _ in specs:
         lora_id = getattr(lora_ref, "lora_id", None)

@@ -7,8 +7,10 @@ unpatched with an `IntegrationWarning`, and `lora-guard doctor` lists each hook)
 
 - ``LoRAModel.from_local_checkpoint`` (the successor of ``vllm.lora.models``'): before a
   tensor is read, the adapter's config and safetensors header go through the checker of
-  ``lora-guard check`` (`lora_guard.check_adapters`) with the engine's
-  limits: ``max_lora_rank`` (LG101, for ``r``, ``rank_pattern`` and the tensors),
+  ``lora-guard check`` (`lora_guard.check_adapters`) with the one vLLM profile that
+  ``lora-guard check --engine vllm`` and ``ServingLimits.for_engine("vllm", ...)`` use
+  (the same codes for the same adapter; the engine tier asserts it), filled with the
+  engine's limits: ``max_lora_rank`` (LG101, for ``r``, ``rank_pattern`` and the tensors),
   ``expected_lora_modules`` (LG104, unless a ``weights_mapper`` renames the weights) and
   ``model_vocab_size`` (LG109 for an embedding's A or lm_head's B). So vLLM also gets the
   checker's LG102, LG103, LG104 key grammar, LG105 (every config feature vLLM does not
@@ -40,6 +42,7 @@ from typing import Any
 
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_slot_maps_violations
+from .._checking.engines import running_limits
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._reading.adapters import AdapterSpec
@@ -174,16 +177,22 @@ def _max_rank(peft_helper: Any) -> int | None:
     return _usable_rank(default)
 
 
-def _limits(expected: Any, mapped: bool, max_rank: int | None,
-            allow: frozenset[str]) -> ServingLimits:
-    """What this engine serves, as the checker takes it."""
+def _limits(expected: Any, mapped: bool, max_rank: int | None, heads: bool) -> ServingLimits:
+    """The vLLM profile of ``lora-guard check --engine vllm`` (the installed release's rules:
+    packed names loaded only where the model has them, weights cast to the LoRA dtype, the
+    classification heads of a pooling model), with this server's ``max_lora_rank``, the
+    modules its model expects weights for and its base config."""
     served = None
     if not mapped and isinstance(expected, Iterable) and not isinstance(expected, str):
         served = frozenset(m for m in expected if isinstance(m, str) and m) or None
-        if served is not None and "modules_to_save" in allow:
+        if served is not None and heads:
             served = served | _CLASSIFIER_HEADS
-    return ServingLimits(max_rank=max_rank, target_modules=served, allow=allow,
-                         base_config=_BASE.get())
+    narrow: dict[str, Any] = {"max_rank": max_rank, "target_modules": served}
+    if not heads:  # the served model has no classification head to load one into
+        narrow["served_heads"] = None
+    return running_limits("vllm", INTEGRATION.version(), base_config=_BASE.get(),
+                          max_lora_rank=max_rank, runner="pooling" if heads else None,
+                          narrow=narrow)
 
 
 def _check_dir(lora_dir: Any, expected: Any, *, mapped: bool, peft_helper: Any,
@@ -191,12 +200,8 @@ def _check_dir(lora_dir: Any, expected: Any, *, mapped: bool, peft_helper: Any,
     subject = f"adapter {os.path.basename(os.path.normpath(lora_dir))!r}"
     spec, violations = local_adapter(lora_dir, subject)
     if spec is not None:
-        saved = spec.config.get("modules_to_save") or ()
-        heads_only = isinstance(saved, (list, tuple)) and bool(saved) and all(
-            isinstance(m, str) and m.rsplit(".", 1)[-1] in _CLASSIFIER_HEADS for m in saved)
-        allow = frozenset({"modules_to_save"}) if heads_only and _HEADS.get() else frozenset()
         # weights_mapper: the names on disk are not the served names
-        limits = _limits(expected, mapped, _max_rank(peft_helper), allow)
+        limits = _limits(expected, mapped, _max_rank(peft_helper), _HEADS.get())
         violations += spec_violations(
             spec, limits, subject=subject, skip=_VLLM_SETTLES,
             vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
@@ -211,7 +216,7 @@ def _packed_names(spec: AdapterSpec, expected: Any, subject: str,
     renames prefixes, not leaves): a fused name whose parts are served, which the checker
     accepts for engines that split it, is refused by vLLM."""
     if not isinstance(expected, Iterable) or isinstance(expected, str) or any(
-            v.code == "LG104" for v in found):
+            v.code in ("LG104", "LG109") for v in found):
         return []
     served = frozenset(m for m in expected if isinstance(m, str)) | _CLASSIFIER_HEADS
     if not served - _CLASSIFIER_HEADS:
