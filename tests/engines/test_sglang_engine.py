@@ -322,3 +322,44 @@ def _owner(patch):
     for part in patch.path.split(".")[:-1]:
         owner = getattr(owner, part)
     return owner
+
+
+def test_a_hook_whose_target_this_release_lacks_warns_naming_it_and_the_version(
+        env, monkeypatch):
+    # as if a release had renamed unload_lora_adapter: lora_manager's guards are left off
+    # (they would be wrong there), the memory pool's attach, and the warning says which
+    monkeypatch.delattr(env.manager.LoRAManager, "unload_lora_adapter")
+    try:
+        with pytest.warns(lg.integrations.IntegrationWarning,
+                          match=r"sglang 0\.5\.23 is not patched in sglang\.srt\.lora\."
+                                r"lora_manager.*LoRAManager\.unload_lora_adapter: missing"):
+            report = sglang_guard.instrument()
+        assert "sglang.srt.lora.lora_manager:LoRAManager.unload_lora_adapter" in report.missing
+        assert "sglang.srt.lora.mem_pool:LoRAMemoryPool.prepare_lora_batch" in report.attached
+    finally:
+        sglang_guard.uninstrument()
+
+
+@pytest.mark.lora_guard(expect=["LG105"])  # a failed result, as sglang reports a refusal
+def test_a_refused_swap_leaves_the_pool_bitwise_unchanged_and_the_other_adapter_served(
+        guard, tmp_path):
+    manager = h.sglang_server(max_loras_per_batch=2)
+    a = h.peft_adapter(tmp_path / "a", r=8)
+    b = h.peft_adapter(tmp_path / "b", r=4, seed=1)
+    for name, path in (("a", a), ("b", b)):
+        assert manager.load_lora_adapter(h.sglang_ref(name, path)).success
+    manager.fetch_new_loras({"a", "b"})
+    assert manager.unload_lora_adapter(h.sglang_ref("a", a)).success
+    before = h.pool_snapshot(manager)
+    maps = (dict(manager.memory_pool.uid_to_buffer_id), list(manager.memory_pool.buffer_id_to_uid))
+    dora = h.peft_adapter(tmp_path / "dora", r=8, use_dora=True)
+
+    result = manager.load_lora_adapter(h.sglang_ref("dora", dora))  # in a's place
+
+    assert result.success is False and result.error_message.startswith("LG105")
+    assert set(manager.loras) == {"b"} and "dora" not in manager.configs
+    after = h.pool_snapshot(manager)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    assert (dict(manager.memory_pool.uid_to_buffer_id),
+            list(manager.memory_pool.buffer_id_to_uid)) == maps
+    manager.fetch_new_loras({"b"})  # b still serves from its slot

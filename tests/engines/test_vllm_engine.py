@@ -194,3 +194,38 @@ def test_uninstrument_restores_every_real_original_exactly(env):
     vllm_guard.uninstrument()
     assert all(vars(owner(p))[leaf[p.path]] is originals[p.path]
                for p in vllm_guard.INTEGRATION.patches)
+
+
+def test_a_hook_whose_target_this_release_lacks_warns_naming_it_and_the_version(
+        env, monkeypatch):
+    # as if a release had dropped PEFTHelper.validate_legal: that hook cannot attach
+    monkeypatch.delattr(env.peft_helper.PEFTHelper, "validate_legal")
+    try:
+        with pytest.warns(lg.integrations.IntegrationWarning,
+                          match=r"vllm 0\.34\.0\S* has no vllm\.lora\.peft_helper\."
+                                r"PEFTHelper\.validate_legal"):
+            report = vllm_guard.instrument()
+        assert "vllm.lora.peft_helper:PEFTHelper.validate_legal" in report.missing
+        assert "vllm.lora.lora_model:LoRAModel.from_local_checkpoint" in report.attached
+    finally:
+        vllm_guard.uninstrument()
+
+
+def test_a_refused_swap_leaves_the_served_adapters_and_every_slot_bitwise_unchanged(
+        guard, base, tmp_path):
+    # the scheduler swaps in the adapters of the next batch: one of them is broken
+    worker = h.vllm_server(base, max_loras=2, max_cpu_loras=2)
+    good = h.peft_adapter(tmp_path / "good", r=8)
+    worker.set_active_adapters({h.vllm_request("good", 1, good)}, None)
+    before, adapters = lora_weights(worker), set(worker.list_adapters())
+    slots = list(worker._adapter_manager.lora_index_to_id)
+    wide = h.peft_adapter(tmp_path / "wide", r=8, rank_pattern={"q_proj": 32})
+
+    with pytest.raises(lg.AdapterError, match="LG101"):
+        worker.set_active_adapters({h.vllm_request("good", 1, good),
+                                    h.vllm_request("wide", 2, wide)}, None)
+
+    assert set(worker.list_adapters()) == adapters == {1}
+    assert list(worker._adapter_manager.lora_index_to_id) == slots
+    after = lora_weights(worker)
+    assert all(torch.equal(after[k], before[k]) for k in before)
