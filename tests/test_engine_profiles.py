@@ -470,3 +470,73 @@ def test_an_adapter_of_mixed_dtypes_serves_on_an_engine_that_casts(
     assert lg.check_adapters(path).codes() == ["LG106"]  # a custom server may copy as is
     for engine in ("vllm", "sglang", "peft"):
         assert lg.check_adapters(path, lg.ServingLimits.for_engine(engine)).ok, engine
+
+
+def test_an_unsupported_release_on_the_command_line_lists_the_supported_ones(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, str(made["plain"]), "--engine", "vllm==0.11.2")
+    assert code == 2 and out == ""
+    assert "vllm 0.11.2 is not a supported release; supported: 0.34.0" in err
+    code, _, err = run(capsys, str(made["plain"]), "--engine", "sglang==0.4")
+    assert code == 2 and "supported: 0.5.23" in err
+    for pinned in ("vllm==0.34.0", "vllm==0.34", "sglang==0.5.23", "peft==0.21"):
+        code, out, _ = run(capsys, str(made["plain"]), "--engine", pinned)
+        assert code == 0, (pinned, out)
+
+
+def test_a_lora_flag_that_cannot_be_parsed_is_named_and_other_flags_are_ignored(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, str(made["r32"]), "--engine", "sglang", "--",
+                       "--max-loras-per-batch", "two")
+    assert code == 2 and "--max-loras-per-batch 'two': expected an integer" in err
+    code, _, err = run(capsys, str(made["plain"]), "--engine", "vllm", "--", "--lora-dtype",
+                       "int8")
+    assert code == 2 and "--lora-dtype 'int8': not one of auto, float16, bfloat16" in err
+    # serving flags that do not bear on LoRA, with and without values, change nothing
+    code, out, _ = run(capsys, str(made["r32"]), "--engine", "vllm", "--",
+                       "--tensor-parallel-size", "2", "--gpu-memory-utilization=0.9",
+                       "--enforce-eager", "--max-lora-rank", "32", "--trust-remote-code")
+    assert code == 0, out
+
+
+def test_every_lora_flag_has_the_engines_default(
+        made: dict[str, pathlib.Path]) -> None:
+    from lora_guard._checking.engines import profile
+
+    expected = {
+        "vllm": {"enable_lora": False, "max_lora_rank": 16, "max_loras": 1,
+                 "max_cpu_loras": None, "lora_dtype": "auto", "lora_target_modules": None,
+                 "fully_sharded_loras": False, "max_lora_cls_labels": None, "runner": "auto",
+                 "convert": "auto"},
+        "sglang": {"enable_lora": None, "max_lora_rank": None, "lora_target_modules": None,
+                   "max_loras_per_batch": 8, "max_loaded_loras": None},
+    }
+    for engine, defaults in expected.items():
+        assert dict(lg.ServingLimits.for_engine(engine).engine_options) == defaults, engine
+        flags = {f.dest for f in profile(engine).flags} - {"lora_modules", "lora_paths"}
+        assert flags == set(defaults), engine
+    # and each default decides: vLLM 16 refuses r=32, sglang sizes the pool from the set
+    assert check(made, "r32", engine="vllm") == ["LG101"]
+    assert check(made, "r32", engine="sglang") == []
+
+
+def test_a_pasted_sglang_command_takes_the_base_config_from_a_local_model_folder(
+        made: dict[str, pathlib.Path], tmp_path: pathlib.Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # a model folder of another hidden size: the adapters were trained on another base
+    model = tmp_path / "Qwen-local"
+    wide = _config()
+    wide.hidden_size, wide.intermediate_size = 128, 256
+    wide.architectures = ["LlamaForCausalLM"]
+    wide.save_pretrained(str(model))
+    command = ["python", "-m", "sglang.launch_server", "--model-path", str(model),
+               "--enable-lora", "--lora-paths", f"lora0={made['plain']}",
+               "--max-loras-per-batch", "1", "--port", "30000"]
+    code, out, _ = run(capsys, "--format", "json", "--", *command)
+    assert code == 1, out
+    report = json.loads(out)
+    assert report["limits"]["engine"] == "sglang==0.5.23"
+    assert report["limits"]["base_config"] == str(model / "config.json")
+    assert report["summary"]["by_code"] == {"LG109": 3}  # q, k and v have in dim 64, not 128
+    assert "k_proj on the base model has 128 (hidden_size 128)" in \
+        report["adapters"][0]["violations"][0]["message"]
