@@ -171,6 +171,9 @@ _VLLM_RULES = (
          "model that has that module (Phi-3); on Llama the load fails: expected target "
          "modules q_proj, k_proj, v_proj, ...",
          "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint"),
+    Rule("LG116", "refuses PiSSA, OLoRA, CorDA and LoftQ initialisations that were not "
+         "converted to plain LoRA (they rewrote the base weights in training)",
+         "vllm/lora/peft_helper.py:PEFTHelper._init_is_supported"),
     Rule("LG105", "trainable_token_indices is not read; the adapter's token deltas are not "
          "served", "vllm/lora/peft_helper.py:PEFTHelper.from_dict", engine_refuses=False),
     Rule("LG104", "weight keys (not target_modules) are compared with the served modules; "
@@ -251,6 +254,10 @@ _SGLANG_RULES = (
     Rule("LG105", "ignores bias, lora_bias, modules_to_save (lm_head too), aLoRA, "
          "layer_replication and QALoRA: such adapters load and serve wrongly",
          "sglang/srt/lora/lora.py:LoRAAdapter.initialize_weights", engine_refuses=False),
+    Rule("LG116", "PiSSA, OLoRA, CorDA and LoftQ initialisations are not read: such an "
+         "adapter (not converted to plain LoRA) serves on the original base weights it no "
+         "longer matches", "sglang/srt/lora/lora_config.py:LoRAConfig.__init__",
+         engine_refuses=False),
     Rule("LG104", "the adapter's target modules, normalised (q/k/v -> qkv_proj, gate/up -> "
          "gate_up_proj), must be a subset of --lora-target-modules",
          "sglang/srt/lora/utils.py:get_normalized_target_modules; "
