@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 # nothing of the tier downloads: a name that is not a local folder must not reach the Hub
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 collect_ignore = ["_harness.py", "_stubs", "requirements.txt", "corpus.py", "agreement.py", "run"]
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    # the modules' `xdist_group` (one process per engine under -n); known without xdist too
+    config.addinivalue_line("markers", "xdist_group(name): run this module's tests in one "
+                                       "xdist worker")
