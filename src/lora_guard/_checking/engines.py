@@ -249,7 +249,8 @@ _SGLANG_RULES = (
     Rule("LG101", "r at most --max-lora-rank (default: the largest r of --lora-paths); sglang "
          "checks r only: a larger rank_pattern value loads and overflows the pool's rank",
          "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.can_support", engine_refuses=False),
-    Rule("LG105", "refuses DoRA and added tokens",
+    Rule("LG105", "refuses DoRA (and an added_tokens.json adding tokens beyond the base "
+         "vocabulary, which lora_guard does not read yet)",
          "sglang/srt/lora/lora_manager.py:LoRAManager.validate_new_adapter"),
     Rule("LG105", "ignores bias, lora_bias, modules_to_save (lm_head too), aLoRA, "
          "layer_replication and QALoRA: such adapters load and serve wrongly",
