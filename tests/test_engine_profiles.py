@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import lora_guard as lg
+from lora_guard._checking.engines import profile
 from lora_guard._frontends.cli import main
 
 torch = pytest.importorskip("torch")
@@ -507,8 +508,6 @@ def test_a_lora_flag_that_cannot_be_parsed_is_named_and_other_flags_are_ignored(
 
 def test_every_lora_flag_has_the_engines_default(
         made: dict[str, pathlib.Path]) -> None:
-    from lora_guard._checking.engines import profile
-
     expected = {
         "vllm": {"enable_lora": False, "max_lora_rank": 16, "max_loras": 1,
                  "max_cpu_loras": None, "lora_dtype": "auto", "lora_target_modules": None,
@@ -546,3 +545,28 @@ def test_a_pasted_sglang_command_takes_the_base_config_from_a_local_model_folder
     assert report["summary"]["by_code"] == {"LG109": 3}  # q, k and v have in dim 64, not 128
     assert "k_proj on the base model has 128 (hidden_size 128)" in \
         report["adapters"][0]["violations"][0]["message"]
+
+
+@pytest.mark.parametrize(("engine", "launch"), [
+    ("vllm", ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}",
+     "--enable-lora", "--lora-modules", "wide={adapter}"]),
+    ("vllm", ["/opt/venv/bin/vllm", "serve", "{model}", "--enable-lora", "--lora-modules",
+              "wide={adapter}"]),
+    ("sglang", ["sglang", "serve", "--model-path", "{model}", "--lora-paths",
+                "wide={adapter}", "--max-lora-rank", "16"]),
+    ("sglang", ["python3", "-m", "sglang.launch_server", "--model-path={model}",
+                "--lora-paths", "{adapter}", "--max-lora-rank=16"]),
+], ids=["vllm-api-server", "vllm-binary-path", "sglang-serve", "sglang-equals-forms"])
+def test_every_way_of_launching_the_server_gives_engine_adapters_and_base(
+        engine: str, launch: list[str], made: dict[str, pathlib.Path], tmp_path: pathlib.Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(made["base"], model)
+    command = [w.format(model=model, adapter=made["r32"]) for w in launch]
+    code, out, _ = run(capsys, "--format", "json", "--", *command)
+    assert code == 1, out
+    report = json.loads(out)
+    assert report["limits"]["engine"] == profile(engine).label
+    assert report["limits"]["base_config"] == str(model / "config.json")
+    assert [a["id"] for a in report["adapters"]] == [str(made["r32"])]
+    assert report["summary"]["by_code"] == {"LG101": 1}  # rank 32 above max rank 16
