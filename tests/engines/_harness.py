@@ -201,7 +201,7 @@ def sglang_ref(name: str, path: Path | str, *, pinned: bool = False) -> Any:
 def sglang_server(*, max_lora_rank: int | None = 16,
                   target_modules: set[str] | None = None,
                   lora_paths: list[Any] | None = None, max_loras_per_batch: int = 2,
-                  base: Any = None) -> Any:
+                  base: Any = None, dtype: torch.dtype = torch.float32) -> Any:
     """A real sglang ``LoRAManager`` over a fresh tiny Llama, as ``ModelRunner`` builds it."""
     env = sglang_env()
     config = base if base is not None else llama_config()
@@ -210,7 +210,7 @@ def sglang_server(*, max_lora_rank: int | None = 16,
         target_modules = {"q_proj", "v_proj"}
     return env.manager.LoRAManager(
         model, config, max_loras_per_batch=max_loras_per_batch, load_config=env.LoadConfig(),
-        dtype=torch.float32, server_args=env.args, lora_backend="torch_native",
+        dtype=dtype, server_args=env.args, lora_backend="torch_native",
         max_lora_rank=max_lora_rank, target_modules=target_modules, lora_paths=lora_paths)
 
 
@@ -266,13 +266,14 @@ _VLLM_DIST: list[bool] = []
 
 
 def vllm_server(base_dir: Path, *, max_lora_rank: int = 16, max_loras: int = 2,
-                max_cpu_loras: int | None = None) -> Any:
-    """A real vLLM ``LRUCacheWorkerLoRAManager`` (and its model manager) over a tiny Llama."""
+                max_cpu_loras: int | None = None, dtype: str = "float32") -> Any:
+    """A real vLLM ``LRUCacheWorkerLoRAManager`` (and its model manager) over a tiny Llama;
+    ``dtype`` is the model's (``--dtype``), and ``--lora-dtype`` is auto (the model's)."""
     env = vllm_env()
     lora_config = env.LoRAConfig(max_lora_rank=max_lora_rank, max_loras=max_loras,
-                                 max_cpu_loras=max_cpu_loras, lora_dtype=torch.float32)
+                                 max_cpu_loras=max_cpu_loras, lora_dtype=getattr(torch, dtype))
     model_config = env.ModelConfig(model=str(base_dir), tokenizer=None,
-                                   skip_tokenizer_init=True, dtype="float32")
+                                   skip_tokenizer_init=True, dtype=dtype)
     config = env.VllmConfig(model_config=model_config, lora_config=lora_config,
                             device_config=env.DeviceConfig(device="cpu"))
     with env.current(config):

@@ -363,3 +363,17 @@ def test_a_refused_swap_leaves_the_pool_bitwise_unchanged_and_the_other_adapter_
     assert (dict(manager.memory_pool.uid_to_buffer_id),
             list(manager.memory_pool.buffer_id_to_uid)) == maps
     manager.fetch_new_loras({"b"})  # b still serves from its slot
+
+
+def test_an_fp16_adapter_on_a_bf16_model_is_cast_and_served_with_no_violation(
+        guard, tmp_path):
+    manager = h.sglang_server(dtype=torch.bfloat16)
+    half = h.peft_adapter(tmp_path / "half", r=8)
+    h.edit_weights(half, lambda t: t.update({k: v.half() for k, v in t.items()}))
+
+    with lg.recording() as seen:
+        assert manager.load_lora_adapter(h.sglang_ref("half", half)).success
+        manager.fetch_new_loras({"half"})
+
+    assert seen.violations == []  # sglang copies into its bf16 pool: LG106 is not an error
+    assert {t.dtype for t in h.pool_snapshot(manager).values()} == {torch.bfloat16}

@@ -229,3 +229,20 @@ def test_a_refused_swap_leaves_the_served_adapters_and_every_slot_bitwise_unchan
     assert list(worker._adapter_manager.lora_index_to_id) == slots
     after = lora_weights(worker)
     assert all(torch.equal(after[k], before[k]) for k in before)
+
+
+def test_an_fp16_adapter_on_a_bf16_model_is_cast_and_served_with_no_violation(
+        guard, base, tmp_path):
+    worker = h.vllm_server(base, dtype="bfloat16")
+    half = h.peft_adapter(tmp_path / "half", r=8)
+    h.edit_weights(half, lambda t: t.update({k: v.half() for k, v in t.items()}))
+
+    with lg.recording() as seen:
+        assert worker.add_adapter(h.vllm_request("half", 1, half))
+        worker.set_active_adapters({h.vllm_request("half", 1, half)}, None)
+
+    assert seen.violations == []  # vLLM casts to its LoRA dtype: LG106 is not an error here
+    served = worker._adapter_manager._registered_adapters[1]
+    loaded = [a for w in served.loras.values()
+              for a in (w.lora_a if isinstance(w.lora_a, list) else [w.lora_a]) if a is not None]
+    assert loaded and {a.dtype for a in loaded} == {torch.bfloat16}  # cast by vLLM
