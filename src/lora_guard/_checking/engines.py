@@ -509,7 +509,7 @@ def resolve_options(release: EngineProfile, argv: Sequence[str] = (),
     return resolved
 
 
-def limits_for_engine(name: str, *argv: str, version: str | None = None,
+def limits_for_engine(name: str, *argv: str | Sequence[str], version: str | None = None,
                       base_config: Any = None, **options: Any) -> ServingLimits:
     """`ServingLimits.for_engine`: the limits of one engine release from its flags."""
     from lora_guard._checking.check_adapters import ServingLimits
