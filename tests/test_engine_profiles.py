@@ -509,17 +509,26 @@ def test_a_lora_flag_that_cannot_be_parsed_is_named_and_other_flags_are_ignored(
 def test_every_lora_flag_has_the_engines_default(
         made: dict[str, pathlib.Path]) -> None:
     expected = {
-        "vllm": {"enable_lora": False, "max_lora_rank": 16, "max_loras": 1,
+        "vllm": {"enable_lora": None, "max_lora_rank": 16, "max_loras": 1,
                  "max_cpu_loras": None, "lora_dtype": "auto", "lora_target_modules": None,
                  "fully_sharded_loras": False, "max_lora_cls_labels": None, "runner": "auto",
-                 "convert": "auto"},
+                 "convert": "auto", "specialize_active_lora": False,
+                 "enable_tower_connector_lora": False, "enable_mixed_moe_lora_format": False,
+                 "enable_moe_shared_loras": False},
         "sglang": {"enable_lora": None, "max_lora_rank": None, "lora_target_modules": None,
-                   "max_loras_per_batch": 8, "max_loaded_loras": None},
+                   "max_loras_per_batch": 8, "max_loaded_loras": None,
+                   "lora_strict_loading": False, "experts_shared_outer_loras": None},
     }
     for engine, defaults in expected.items():
         assert dict(lg.ServingLimits.for_engine(engine).engine_options) == defaults, engine
         flags = {f.dest for f in profile(engine).flags} - {"lora_modules", "lora_paths"}
         assert flags == set(defaults), engine
+    # the engines' negations (argparse BooleanOptionalAction) turn a flag off
+    options = lg.ServingLimits.for_engine("vllm", "--enable-lora", "--disable-lora",
+                                          "--no-fully-sharded-loras").engine_options
+    assert (options["enable_lora"], options["fully_sharded_loras"]) == (False, False)
+    assert lg.ServingLimits.for_engine("sglang", "--no-experts-shared-outer-loras"
+                                       ).engine_options["experts_shared_outer_loras"] is False
     # and each default decides: vLLM 16 refuses r=32, sglang sizes the pool from the set
     assert check(made, "r32", engine="vllm") == ["LG101"]
     assert check(made, "r32", engine="sglang") == []

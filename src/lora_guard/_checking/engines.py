@@ -108,7 +108,8 @@ _VLLM_ARGS = "vllm/engine/arg_utils.py:EngineArgs.add_cli_args"
 _VLLM_CONFIG = "vllm/config/lora.py:LoRAConfig"
 
 _VLLM_FLAGS = (
-    Flag("--enable-lora", "enable_lora", "bool", False, "LoRA on; without it no adapter serves"),
+    Flag("--enable-lora", "enable_lora", "bool", None,
+         "LoRA on (--disable-lora off); without it no adapter serves"),
     Flag("--max-lora-rank", "max_lora_rank", "choice", 16,
          "largest rank served, r and every rank_pattern value (LG101)", _VLLM_RANKS),
     Flag("--max-loras", "max_loras", "int", 1,
@@ -123,6 +124,15 @@ _VLLM_FLAGS = (
          "module suffixes LoRA is applied to (packed qkv_proj/gate_up_proj match their parts "
          "and the reverse); default all the model supports (LG104)"),
     Flag("--fully-sharded-loras", "fully_sharded_loras", "bool", False, "no bearing on a check"),
+    Flag("--specialize-active-lora", "specialize_active_lora", "bool", False,
+         "no bearing on a check (CUDA graphs per active-adapter count)"),
+    Flag("--enable-tower-connector-lora", "enable_tower_connector_lora", "bool", False,
+         "LoRA on a multimodal model's vision tower and connector; parsed, not modelled by "
+         "the check yet (a tower's weights are checked against the base's config)"),
+    Flag("--enable-mixed-moe-lora-format", "enable_mixed_moe_lora_format", "bool", False,
+         "2D and 3D MoE adapters in one deployment; parsed, not modelled by the check yet"),
+    Flag("--enable-moe-shared-loras", "enable_moe_shared_loras", "bool", False,
+         "MoE adapters in the shared-outer layout; parsed, not modelled by the check yet"),
     Flag("--max-lora-cls-labels", "max_lora_cls_labels", "int", None,
          "no bearing on a check from headers"),
     Flag("--lora-modules", "lora_modules", "adapters", None,
@@ -212,6 +222,12 @@ _SGLANG_FLAGS = (
          "GPU slots of one batch; adapters beyond it wait (no limit on the set)"),
     Flag("--max-loaded-loras", "max_loaded_loras", "int", None,
          "adapters loaded at once; more is refused (LG110); must be >= --max-loras-per-batch"),
+    Flag("--lora-strict-loading", "lora_strict_loading", "bool", False,
+         "sglang refuses mismatched or missing keys itself; lora_guard refuses them either "
+         "way (LG103, LG104)"),
+    Flag("--experts-shared-outer-loras", "experts_shared_outer_loras", "bool", None,
+         "MoE shared-outer layout forced on/off (default: detected from the weights); parsed, "
+         "not modelled by the check yet"),
     Flag("--lora-paths", "lora_paths", "adapters", None,
          "adapters loaded at start-up: PATH, NAME=PATH or JSON {\"lora_name\", \"lora_path\"} "
          "(checked)"),
@@ -437,10 +453,11 @@ def _flag_at(release: EngineProfile, word: str) -> tuple[Flag | None, bool]:
     ``--no-`` form of a boolean flag."""
     name = word.partition("=")[0]
     flag = release.flag(name)
-    if flag is None and name.startswith("--no-"):
-        negated = release.flag("--" + name[5:])
-        if negated is not None and negated.kind == "bool":
-            return negated, True
+    for off, on in (("--no-", "--"), ("--disable-", "--enable-")):  # BooleanOptionalAction
+        if flag is None and name.startswith(off):
+            negated = release.flag(on + name[len(off):])
+            if negated is not None and negated.kind == "bool":
+                return negated, True
     return flag, False
 
 
