@@ -377,3 +377,31 @@ def test_an_fp16_adapter_on_a_bf16_model_is_cast_and_served_with_no_violation(
 
     assert seen.violations == []  # sglang copies into its bf16 pool: LG106 is not an error
     assert {t.dtype for t in h.pool_snapshot(manager).values()} == {torch.bfloat16}
+
+
+def test_the_profile_flags_are_the_releases_own_names_defaults_and_choices(env):
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    from lora_guard._checking.engines import profile
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    actions = {name: a for a in parser._actions for name in a.option_strings}
+    release = profile("sglang", env.version)
+    for flag in release.flags:
+        action = actions[flag.name]
+        assert action.default == flag.default, flag.name
+        if flag.choices:
+            assert set(action.choices) == set(flag.choices), flag.name
+    lora = {n for n in actions if "lora" in n and not n.startswith("--no-")}
+    known = {f.name for f in release.flags} | NO_BEARING
+    assert lora <= known, f"LoRA flags of sglang {env.version} the profile lacks: {lora - known}"
+
+
+NO_BEARING = {"--enable-lora-overlap-loading", "--lora-backend", "--lora-drain-wait-threshold",
+              "--lora-eviction-policy", "--lora-use-virtual-experts", "--max-lora-chunk-size",
+              "--uno-lora-path"}
+"""sglang's LoRA flags that do not change what it loads (kernels, scheduling, transfers); the
+sglang page lists them as ignored."""

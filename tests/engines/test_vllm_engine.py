@@ -246,3 +246,25 @@ def test_an_fp16_adapter_on_a_bf16_model_is_cast_and_served_with_no_violation(
     loaded = [a for w in served.loras.values()
               for a in (w.lora_a if isinstance(w.lora_a, list) else [w.lora_a]) if a is not None]
     assert loaded and {a.dtype for a in loaded} == {torch.bfloat16}  # cast by vLLM
+
+
+def test_the_profile_flags_are_the_releases_own_names_defaults_and_choices(env):
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from lora_guard._checking.engines import profile
+
+    parser = FlexibleArgumentParser()
+    EngineArgs.add_cli_args(parser)
+    actions = {name: a for a in parser._actions for name in a.option_strings}
+    release = profile("vllm", env.version)
+    for flag in release.flags:
+        if flag.name == "--lora-modules":  # `vllm serve`'s own (frontend) flag
+            continue
+        action = actions[flag.name]
+        assert action.default == flag.default, flag.name
+        if flag.choices:
+            assert sorted(map(str, action.choices)) == sorted(map(str, flag.choices)), flag.name
+    lora = {n for n in actions if "lora" in n and not n.startswith(("--no-", "--disable-"))}
+    known = {f.name for f in release.flags} | {"--default-mm-loras"}  # named on its page
+    assert lora <= known, f"LoRA flags of vLLM {env.version} the profile lacks: {lora - known}"
