@@ -21,7 +21,7 @@ import lora_guard as lg
 from conftest_adapters import peft_adapter
 from lora_guard._frontends.cli import main
 from lora_guard._testing.adapter_writer import write_adapter
-from remote_servers import S3_ENV, FileServer, S3Server
+from remote_servers import S3_ENV, FileServer, S3Server, self_signed
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -245,6 +245,61 @@ def test_a_server_that_ignores_ranges_is_read_no_further_than_asked(http: FileSe
     spec = lg.inspect_adapter(f"{http.url}/big/huge")
     assert spec.transferred is not None and spec.transferred < 40_000
     assert spec.size > 100_000_000
+
+
+@pytest.fixture
+def https(adapters: pathlib.Path, tmp_path: pathlib.Path,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[FileServer]:
+    """The adapters over HTTPS, with a certificate the client trusts as a company CA is
+    trusted: through ``REQUESTS_CA_BUNDLE``."""
+    cert, key = self_signed(tmp_path)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+    with FileServer(adapters, tls=(cert, key)) as server:
+        yield server
+
+
+def test_an_https_adapter_is_read_from_its_header_over_tls(https: FileServer,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    assert https.url.startswith("https://127.0.0.1:")
+    spec = lg.inspect_adapter(f"{https.url}/big/huge")
+    assert spec.size > 100_000_000 and spec.transferred is not None
+    assert spec.transferred == https.log.sent_for("/big/huge/") < 40_000
+    report = lg.check_adapters(f"{https.url}/loras/", lg.ServingLimits(max_rank=16))
+    # No listing over HTTP: the URL of a folder of adapters names no adapter itself.
+    assert "not found (HTTP 404)" in _lg140(report, f"{https.url}/loras/")
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE")  # a certificate nobody vouches for
+    monkeypatch.setenv("LORA_GUARD_REMOTE_RETRIES", "0")
+    report = lg.check_adapters(f"{https.url}/loras/math")
+    assert "SSLError" in _lg140(report, f"{https.url}/loras/math")
+
+
+def test_remote_reads_are_bounded_by_the_worker_setting(
+        http: FileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    folders = ["loras/chat", "loras/code", "loras/math", "new/math", "big/huge"]
+    for folder in folders:  # each reply waits, so the reads of the set overlap
+        http.stall[f"/{folder}/adapter_config.json"] = 0.3
+    urls = [f"{http.url}/{folder}" for folder in folders]
+    monkeypatch.setenv("LORA_GUARD_REMOTE_WORKERS", "2")
+    report = lg.check_adapters(urls)
+    assert all(report.spec(url) is not None for url in urls)
+    assert http.max_in_flight == 2
+    http.max_in_flight = 0
+    monkeypatch.setenv("LORA_GUARD_REMOTE_WORKERS", "16")
+    assert lg.check_adapters(urls).ok
+    assert http.max_in_flight > 2  # the same set, read wider when allowed
+
+
+def test_a_hung_server_is_one_adapters_timeout_not_a_hung_check(
+        http: FileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LORA_GUARD_REMOTE_TIMEOUT", "0.3")
+    monkeypatch.setenv("LORA_GUARD_REMOTE_RETRIES", "1")
+    http.stall["/loras/math/adapter_config.json"] = 5  # never answers within the timeout
+    report = lg.check_adapters([f"{http.url}/loras/math", f"{http.url}/loras/code"])
+    message = _lg140(report, f"{http.url}/loras/math")
+    assert "after retries" in message and "timed out; LORA_GUARD_REMOTE_TIMEOUT" in message
+    assert report.spec(f"{http.url}/loras/code") is not None
+    assert len(http.log.for_path("/loras/math/adapter_config.json")) == 2  # tried, retried
 
 
 # --- the Hub -------------------------------------------------------------------------------

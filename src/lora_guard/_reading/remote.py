@@ -531,6 +531,11 @@ def _total(headers: Mapping[str, str]) -> int | None:
 
 
 def _short(exc: BaseException) -> str:
+    """A library's error in one short line, no credentials; a timeout said as one (the
+    libraries bury it deep in a wrapped message)."""
+    if isinstance(exc, TimeoutError) or "timed out" in str(exc).lower():
+        return (f"{type(exc).__name__}: timed out; LORA_GUARD_REMOTE_TIMEOUT sets the seconds "
+                "per request")
     text = str(exc).splitlines()[0] if str(exc) else ""
     text = re.sub(r"https?://\S+", lambda m: _redact(m.group(0)), text)
     return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
