@@ -290,6 +290,14 @@ def test_remote_reads_are_bounded_by_the_worker_setting(
     assert http.max_in_flight > 2  # the same set, read wider when allowed
 
 
+def test_progress_counts_remote_adapters_as_they_complete(http: FileServer) -> None:
+    urls = [f"{http.url}/{folder}" for folder in ("loras/chat", "loras/code", "nowhere")]
+    seen: list[tuple[int, int]] = []
+    report = lg.check_adapters(urls, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]  # a failed read counts as done too
+    assert report.codes() == ["LG140"]
+
+
 def test_a_hung_server_is_one_adapters_timeout_not_a_hung_check(
         http: FileServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LORA_GUARD_REMOTE_TIMEOUT", "0.3")
@@ -328,6 +336,14 @@ def test_a_bare_hub_id_is_read_from_the_hub_only_when_no_local_path_has_its_name
     assert lg.inspect_adapter("org/huge").rank == 4 and not hub.log.requests
     report = lg.check_adapters("org/typo")  # a path into the local folder org: a local miss
     assert report.codes() == ["LG108"] and not hub.log.requests
+
+
+def test_the_hub_client_retries_a_throttled_or_failing_read(hub: FileServer) -> None:
+    hub.faults["/org/loras/resolve/main/adapters/math/adapter_model.safetensors"] = [429, 503]
+    hub.faults["/api/models/org/huge/tree/main"] = [502]
+    report = lg.check_adapters(["hf://org/loras/adapters/math", "hf://org/huge"])
+    assert report.ok and report.spec("hf://org/huge") is not None
+    assert len(hub.log.for_path("adapters/math/adapter_model.safetensors")) == 4  # 2 faults
 
 
 @pytest.mark.lora_guard(expect=["LG140"])  # inspect_adapter refuses a missing repo on purpose
