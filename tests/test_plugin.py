@@ -212,8 +212,9 @@ def test_class_and_module_markers_add_up(suite: pytest.Pytester) -> None:
         ('allows=("LG001",)', "*unknown keyword(s) [[]'allows'[]]*"),
     ],
 )
+@pytest.mark.parametrize("flag", [(), ("--lora-guard",)], ids=["without-flag", "with-flag"])
 def test_a_bad_marker_is_a_collection_error_that_names_the_valid_codes(
-    suite: pytest.Pytester, marker: str, expected: str
+    suite: pytest.Pytester, marker: str, expected: str, flag: tuple[str, ...]
 ) -> None:
     suite.makepyfile(test_typo=f"""
         import pytest
@@ -225,7 +226,7 @@ def test_a_bad_marker_is_a_collection_error_that_names_the_valid_codes(
         def test_misspelled():
             pass
     """)
-    result = suite.runpytest("--lora-guard")
+    result = suite.runpytest(*flag)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([
