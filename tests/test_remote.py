@@ -189,6 +189,20 @@ def test_an_oversized_header_on_s3_is_refused_before_it_is_read(
     assert [r.range for r in s3.log.for_path("bomb/adapter_model.safetensors")] == ["bytes=0-7"]
 
 
+def test_an_oversized_config_on_s3_is_refused_by_its_listed_size_unread(
+        s3: S3Server, tmp_path: pathlib.Path) -> None:
+    padded = write_adapter(tmp_path / "padded")
+    config = json.loads((padded / "adapter_config.json").read_text())
+    config["notes"] = "x" * 10_000_001  # a config past the 10 MB cap
+    (padded / "adapter_config.json").write_text(json.dumps(config))
+    s3.upload("bkt", "hostile/padded", padded)
+    s3.log.clear()
+    report = lg.check_adapters("s3://bkt/hostile/padded")
+    (violation,) = report.violations
+    assert violation.code == "LG108" and "larger than 10000000 bytes" in violation.message
+    assert not s3.log.for_path("padded/adapter_config.json")  # listed, never read
+
+
 def test_s3_from_the_cli_prints_the_bytes_transferred_per_adapter(
         s3: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "s3://bkt/loras/", "s3://bkt/big/huge", "--format", "json"]) == 0
