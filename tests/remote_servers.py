@@ -8,6 +8,9 @@ here talks to the real Hub or AWS.
   that records what s3fs asked for and what was sent back.
 - `FileServer`: serves a folder over HTTP with ``Range`` support written here; faults on
   demand (statuses per path, a redirect, a server that ignores ranges, a cut-off body).
+- `FileServer(tls=...)`: the same over HTTPS, with a self-signed certificate for 127.0.0.1
+  made by `self_signed` (clients trust it through ``REQUESTS_CA_BUNDLE``). It also records the
+  most requests it had in flight at once and can stall a path's reply (a hung server).
 - `FileServer(hub=True)`: the two endpoints of the Hugging Face Hub that huggingface_hub's
   client calls to list and read a repo: ``GET /api/models/{repo}/tree/{rev}[/{path}]``
   (``recursive``, JSON entries ``{type, path, size, oid}``) and ``GET /{repo}/resolve/{rev}/
@@ -21,7 +24,9 @@ import contextlib
 import json
 import os
 import pathlib
+import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -93,10 +98,23 @@ class _Handler(BaseHTTPRequestHandler):
                 record.sent += len(body)
 
     def do_GET(self) -> None:
+        srv = self.server
+        with srv.lock:
+            srv.in_flight += 1
+            srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
+        try:
+            self._get()
+        finally:
+            with srv.lock:
+                srv.in_flight -= 1
+
+    def _get(self) -> None:
         parts = urlsplit(self.path)
         path = unquote(parts.path)
         record = self.server.log.add(Request("GET", path, self.headers.get("Range")))
         srv = self.server
+        if path in srv.stall:
+            time.sleep(srv.stall[path])  # a server that hangs before it replies
         with srv.lock:
             queued = srv.faults.get(path)
             status = queued.pop(0) if queued else None
@@ -214,9 +232,19 @@ class FileServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, root: pathlib.Path, *, hub: bool = False) -> None:
+    def __init__(self, root: pathlib.Path, *, hub: bool = False,
+                 tls: tuple[pathlib.Path, pathlib.Path] | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
+        self.scheme = "http"
+        if tls is not None:  # (certificate, key) files
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.socket = context.wrap_socket(self.socket, server_side=True)
+            self.scheme = "https"
         self.root = pathlib.Path(root)
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.stall: dict[str, float] = {}
         self.hub = hub
         self.log = Log()
         self.lock = threading.Lock()
@@ -229,7 +257,7 @@ class FileServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server_address[1]}"
 
     def __enter__(self) -> FileServer:
         threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
@@ -239,6 +267,36 @@ class FileServer(ThreadingHTTPServer):
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
         self.server_close()
+
+
+def self_signed(folder: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """A certificate for 127.0.0.1 signed by its own key (cryptography comes with moto): the
+    ``(certificate, key)`` files, written into ``folder``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
 
 
 class _Recording:

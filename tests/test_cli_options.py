@@ -76,6 +76,21 @@ def test_a_flag_key_takes_a_boolean(repo: pathlib.Path,
     assert code == 2 and "quiet takes true or false, not 'yes'" in err
 
 
+def test_the_engine_comes_from_the_file_and_a_flag_overrides_it(
+    repo: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pyproject(repo, 'engine = "vllm"\nselect = ["LG101"]\n')
+    code, out, _ = run(capsys, "check", "adapters")
+    assert code == 1 and "rank 64 of " in out and "above the served max rank 16" in out
+    code, out, _ = run(capsys, "check", "adapters", "--engine", "sglang")
+    assert code == 0 and "2 adapters checked: all pass." in out  # sglang sizes from the set
+
+
+def test_version_names_the_package(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--version")
+    assert (code, out) == (0, f"lora-guard {lg.__version__}\n")
+
+
 @pytest.mark.parametrize(
     ("body", "words"),
     [

@@ -79,6 +79,19 @@ def swallow_lg003():
 QUIET = ("-p", "no:hypothesispytest", "-p", "no:jaxtyping", "-p", "no:anyio")
 
 
+# Each point of the plugin's behaviour holds in one process and under pytest-xdist's workers
+# (where violations travel to the controller and the summary is printed once).
+XDIST = pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["in-process", "xdist"])
+
+
+def run(suite: pytest.Pytester, xdist: tuple[str, ...], *args: str) -> pytest.RunResult:
+    """``pytest ARGS`` in process, or with ``-n 2`` in a subprocess (xdist's workers are
+    processes of their own)."""
+    if xdist:
+        return suite.runpytest_subprocess(*args, *xdist, *QUIET)
+    return suite.runpytest(*args)
+
+
 @pytest.fixture
 def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     pytester.makepyfile(server=SERVER, slots=SLOTS)
@@ -199,8 +212,9 @@ def test_class_and_module_markers_add_up(suite: pytest.Pytester) -> None:
         ('allows=("LG001",)', "*unknown keyword(s) [[]'allows'[]]*"),
     ],
 )
+@pytest.mark.parametrize("flag", [(), ("--lora-guard",)], ids=["without-flag", "with-flag"])
 def test_a_bad_marker_is_a_collection_error_that_names_the_valid_codes(
-    suite: pytest.Pytester, marker: str, expected: str
+    suite: pytest.Pytester, marker: str, expected: str, flag: tuple[str, ...]
 ) -> None:
     suite.makepyfile(test_typo=f"""
         import pytest
@@ -212,7 +226,7 @@ def test_a_bad_marker_is_a_collection_error_that_names_the_valid_codes(
         def test_misspelled():
             pass
     """)
-    result = suite.runpytest("--lora-guard")
+    result = suite.runpytest(*flag)
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([
@@ -561,9 +575,10 @@ def test_the_plugin_imports_nothing_heavy_unless_enabled(pytester: pytest.Pytest
     assert not enabled & {"torch", "hypothesis", "numpy"}
 
 
+@XDIST
 @pytest.mark.parametrize("flag", [(), ("--lora-guard",)], ids=["without-flag", "with-flag"])
 def test_a_misspelled_marker_code_is_a_collection_error_with_or_without_the_flag(
-    suite: pytest.Pytester, flag: tuple[str, ...],
+    suite: pytest.Pytester, flag: tuple[str, ...], xdist: tuple[str, ...],
 ) -> None:
     suite.makepyfile(test_typo=textwrap.dedent("""
         import pytest
@@ -576,7 +591,7 @@ def test_a_misspelled_marker_code_is_a_collection_error_with_or_without_the_flag
         def test_close_to_a_code():
             pass
     """))
-    result = suite.runpytest(*flag)
+    result = run(suite, xdist, *flag)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([
         "*test_typo.py::test_misspelled: @pytest.mark.lora_guard(expect=...): 'LG9999' is not "
@@ -681,7 +696,10 @@ def test_a_violation_caught_by_pytest_raises_or_warns_is_handled(
     ])
 
 
-def test_lora_violations_is_a_sequence_like_recwarn(suite: pytest.Pytester) -> None:
+@XDIST
+def test_lora_violations_is_a_sequence_like_recwarn(
+    suite: pytest.Pytester, xdist: tuple[str, ...],
+) -> None:
     suite.makepyfile(test_seq="""
         import pytest
         from slots import swallow_lg003, swallow_lg201
@@ -700,12 +718,13 @@ def test_lora_violations_is_a_sequence_like_recwarn(suite: pytest.Pytester) -> N
             lora_violations.clear()
             assert list(lora_violations) == []
     """)
-    suite.runpytest("--lora-guard").assert_outcomes(passed=1)
-    suite.runpytest().assert_outcomes(passed=1)
+    run(suite, xdist, "--lora-guard").assert_outcomes(passed=1)
+    run(suite, xdist).assert_outcomes(passed=1)
 
 
+@XDIST
 def test_a_thread_started_by_a_test_is_charged_to_it_and_a_late_one_to_no_other_test(
-    suite: pytest.Pytester,
+    suite: pytest.Pytester, xdist: tuple[str, ...],
 ) -> None:
     suite.makepyfile(test_threads="""
         import threading
@@ -734,7 +753,9 @@ def test_a_thread_started_by_a_test_is_charged_to_it_and_a_late_one_to_no_other_
         def test_d_the_same_worker_thread_later_is_clean():
             POOL.submit(lambda: None).result()
     """)
-    result = suite.runpytest("--lora-guard", "-p", "no:randomly")
+    # One file's tests run in order on one worker (--dist loadfile), as the suite needs.
+    result = run(suite, xdist and (*xdist, "--dist", "loadfile"), "--lora-guard", "-p",
+                 "no:randomly")
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines([
         "FAILED test_threads.py::test_c_executor_work_is_charged_to_its_submitter - *",
@@ -744,7 +765,36 @@ def test_a_thread_started_by_a_test_is_charged_to_it_and_a_late_one_to_no_other_
     ])
 
 
-def test_a_dtype_violation_is_recorded_once(suite: pytest.Pytester) -> None:
+@XDIST
+def test_a_thread_no_test_started_is_unattributed_never_charged_to_the_running_test(
+    suite: pytest.Pytester, xdist: tuple[str, ...],
+) -> None:
+    suite.makepyfile(test_daemon="""
+        import threading
+        from slots import swallow_lg201
+
+        # The user's module starts a background loader at import, before any test runs.
+        go = threading.Event()
+        LOADER = threading.Thread(target=lambda: (go.wait(10), swallow_lg201()))
+        LOADER.start()
+
+        def test_runs_while_the_loader_reconciles():
+            go.set()
+            LOADER.join()
+    """)
+    result = run(suite, xdist, "--lora-guard")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "LG201  registry-inconsistent           2          0        0        2      0             0",  # noqa: E501
+        "LG201 in: <unattributed thread>",
+        "0 tests failed by lora_guard.*",
+    ])
+
+
+@XDIST
+def test_a_dtype_violation_is_recorded_once(
+    suite: pytest.Pytester, xdist: tuple[str, ...],
+) -> None:
     suite.makepyfile(test_dtype="""
         import pytest
         import torch
@@ -759,4 +809,7 @@ def test_a_dtype_violation_is_recorded_once(suite: pytest.Pytester) -> None:
                 set_lora_info(torch.empty(4, 8, device="meta"))
             assert lora_violations.codes == ["LG004"]
     """)
-    suite.runpytest("--lora-guard").assert_outcomes(passed=1)
+    result = run(suite, xdist, "--lora-guard")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "LG004  *  1          0        1        0      1             0"])

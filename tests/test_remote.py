@@ -21,7 +21,7 @@ import lora_guard as lg
 from conftest_adapters import peft_adapter
 from lora_guard._frontends.cli import main
 from lora_guard._testing.adapter_writer import write_adapter
-from remote_servers import S3_ENV, FileServer, S3Server
+from remote_servers import S3_ENV, FileServer, S3Server, self_signed
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -189,6 +189,20 @@ def test_an_oversized_header_on_s3_is_refused_before_it_is_read(
     assert [r.range for r in s3.log.for_path("bomb/adapter_model.safetensors")] == ["bytes=0-7"]
 
 
+def test_an_oversized_config_on_s3_is_refused_by_its_listed_size_unread(
+        s3: S3Server, tmp_path: pathlib.Path) -> None:
+    padded = write_adapter(tmp_path / "padded")
+    config = json.loads((padded / "adapter_config.json").read_text())
+    config["notes"] = "x" * 10_000_001  # a config past the 10 MB cap
+    (padded / "adapter_config.json").write_text(json.dumps(config))
+    s3.upload("bkt", "hostile/padded", padded)
+    s3.log.clear()
+    report = lg.check_adapters("s3://bkt/hostile/padded")
+    (violation,) = report.violations
+    assert violation.code == "LG108" and "larger than 10000000 bytes" in violation.message
+    assert not s3.log.for_path("padded/adapter_config.json")  # listed, never read
+
+
 def test_s3_from_the_cli_prints_the_bytes_transferred_per_adapter(
         s3: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "s3://bkt/loras/", "s3://bkt/big/huge", "--format", "json"]) == 0
@@ -247,6 +261,69 @@ def test_a_server_that_ignores_ranges_is_read_no_further_than_asked(http: FileSe
     assert spec.size > 100_000_000
 
 
+@pytest.fixture
+def https(adapters: pathlib.Path, tmp_path: pathlib.Path,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[FileServer]:
+    """The adapters over HTTPS, with a certificate the client trusts as a company CA is
+    trusted: through ``REQUESTS_CA_BUNDLE``."""
+    cert, key = self_signed(tmp_path)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+    with FileServer(adapters, tls=(cert, key)) as server:
+        yield server
+
+
+def test_an_https_adapter_is_read_from_its_header_over_tls(https: FileServer,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    assert https.url.startswith("https://127.0.0.1:")
+    spec = lg.inspect_adapter(f"{https.url}/big/huge")
+    assert spec.size > 100_000_000 and spec.transferred is not None
+    assert spec.transferred == https.log.sent_for("/big/huge/") < 40_000
+    report = lg.check_adapters(f"{https.url}/loras/", lg.ServingLimits(max_rank=16))
+    # No listing over HTTP: the URL of a folder of adapters names no adapter itself.
+    assert "not found (HTTP 404)" in _lg140(report, f"{https.url}/loras/")
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE")  # a certificate nobody vouches for
+    monkeypatch.setenv("LORA_GUARD_REMOTE_RETRIES", "0")
+    report = lg.check_adapters(f"{https.url}/loras/math")
+    assert "SSLError" in _lg140(report, f"{https.url}/loras/math")
+
+
+def test_remote_reads_are_bounded_by_the_worker_setting(
+        http: FileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    folders = ["loras/chat", "loras/code", "loras/math", "new/math", "big/huge"]
+    for folder in folders:  # each reply waits, so the reads of the set overlap
+        http.stall[f"/{folder}/adapter_config.json"] = 0.3
+    urls = [f"{http.url}/{folder}" for folder in folders]
+    monkeypatch.setenv("LORA_GUARD_REMOTE_WORKERS", "2")
+    report = lg.check_adapters(urls)
+    assert all(report.spec(url) is not None for url in urls)
+    assert http.max_in_flight == 2
+    http.max_in_flight = 0
+    monkeypatch.setenv("LORA_GUARD_REMOTE_WORKERS", "16")
+    assert lg.check_adapters(urls).ok
+    assert http.max_in_flight > 2  # the same set, read wider when allowed
+
+
+def test_progress_counts_remote_adapters_as_they_complete(http: FileServer) -> None:
+    urls = [f"{http.url}/{folder}" for folder in ("loras/chat", "loras/code", "nowhere")]
+    seen: list[tuple[int, int]] = []
+    report = lg.check_adapters(urls, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]  # a failed read counts as done too
+    assert report.codes() == ["LG140"]
+
+
+def test_a_hung_server_is_one_adapters_timeout_not_a_hung_check(
+        http: FileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LORA_GUARD_REMOTE_TIMEOUT", "0.3")
+    monkeypatch.setenv("LORA_GUARD_REMOTE_RETRIES", "1")
+    http.stall["/loras/math/adapter_config.json"] = 5  # never answers within the timeout
+    report = lg.check_adapters([f"{http.url}/loras/math", f"{http.url}/loras/code"])
+    message = _lg140(report, f"{http.url}/loras/math")
+    assert "after retries" in message and "timed out; LORA_GUARD_REMOTE_TIMEOUT" in message
+    assert report.spec(f"{http.url}/loras/code") is not None
+    assert len(http.log.for_path("/loras/math/adapter_config.json")) == 2  # tried, retried
+
+
 # --- the Hub -------------------------------------------------------------------------------
 
 
@@ -273,6 +350,14 @@ def test_a_bare_hub_id_is_read_from_the_hub_only_when_no_local_path_has_its_name
     assert lg.inspect_adapter("org/huge").rank == 4 and not hub.log.requests
     report = lg.check_adapters("org/typo")  # a path into the local folder org: a local miss
     assert report.codes() == ["LG108"] and not hub.log.requests
+
+
+def test_the_hub_client_retries_a_throttled_or_failing_read(hub: FileServer) -> None:
+    hub.faults["/org/loras/resolve/main/adapters/math/adapter_model.safetensors"] = [429, 503]
+    hub.faults["/api/models/org/huge/tree/main"] = [502]
+    report = lg.check_adapters(["hf://org/loras/adapters/math", "hf://org/huge"])
+    assert report.ok and report.spec("hf://org/huge") is not None
+    assert len(hub.log.for_path("adapters/math/adapter_model.safetensors")) == 4  # 2 faults
 
 
 @pytest.mark.lora_guard(expect=["LG140"])  # inspect_adapter refuses a missing repo on purpose

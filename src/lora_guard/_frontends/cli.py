@@ -761,53 +761,47 @@ _WRITERS: dict[str, Callable[[Report, argparse.Namespace], str]] = {
 _INLINE = re.compile(r"``(.+?)``|`([^`]+)`|\*\*(.+?)\*\*")
 
 
+def _plain(text: str) -> str:
+    """Inline Markdown without its markers."""
+    return _INLINE.sub(lambda m: m.group(1) or m.group(2) or m.group(3), text)
+
+
+def _wrap(text: str, first: str, rest: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False, break_long_words=False) or [first]
+
+
+def _render_line(line: str, style: _Style, width: int) -> list[str]:
+    """One Markdown line outside a code block, for a terminal."""
+    if line.startswith("## "):
+        title = line[3:]
+        return [style(title, BOLD)] if style.on else [title, "=" * min(len(title), width)]
+    bullet = re.match(r"^(- |\d+\. )(.*)$", line)
+    if bullet:
+        marker = bullet.group(1)
+        # wrap the plain text, then style: styles must not count towards the width
+        lines = _wrap(_plain(bullet.group(2)), "  " + marker, "  " + " " * len(marker), width)
+        return _restyle(lines, bullet.group(2), style) if style.on else lines
+    if not line.strip():
+        return [""]
+    if style.on and line.startswith("**") and line.endswith("**"):
+        return [style(_plain(line), BOLD)]
+    return _wrap(_plain(line), "", "", width)
+
+
 def render_markdown(markdown: str, *, style: _Style | None = None, width: int = 100) -> str:
     """The catalogue's Markdown for a terminal: headings set off, code indented, paragraphs
     wrapped, no Markdown markers; ANSI styles only when ``style`` allows them."""
     style = style or _Style(sys.stdout)
-
-    def inline(text: str) -> str:
-        def one(m: re.Match[str]) -> str:
-            if m.group(3) is not None:
-                return style(m.group(3), BOLD)
-            return style(m.group(1) or m.group(2), CYAN)
-        return _INLINE.sub(one, text)
-
-    def wrap(text: str, first: str, rest: str) -> list[str]:
-        return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
-                             break_on_hyphens=False, break_long_words=False) or [first]
-
     out: list[str] = []
     in_code = False
     for line in markdown.splitlines():
         if line.startswith("```"):
             in_code = not in_code
-            continue
-        if in_code:
+        elif in_code:
             out.append("    " + style(line, CYAN))
-            continue
-        if line.startswith("## "):
-            title = line[3:]
-            out.append(style(title, BOLD) if style.on else title)
-            if not style.on:
-                out.append("=" * min(len(title), width))
-            continue
-        bullet = re.match(r"^(- |\d+\. )(.*)$", line)
-        if bullet:
-            marker = bullet.group(1)
-            # wrap the plain text, then style: styles must not count towards the width
-            plain = _INLINE.sub(lambda m: m.group(1) or m.group(2) or m.group(3), bullet.group(2))
-            lines = wrap(plain, "  " + marker, "  " + " " * len(marker))
-            out.extend(_restyle(lines, bullet.group(2), style) if style.on else lines)
-            continue
-        if not line.strip():
-            out.append("")
-            continue
-        plain = _INLINE.sub(lambda m: m.group(1) or m.group(2) or m.group(3), line)
-        if style.on and line.startswith("**") and line.endswith("**"):
-            out.append(style(plain, BOLD))
-            continue
-        out.extend(wrap(plain, "", ""))
+        else:
+            out.extend(_render_line(line, style, width))
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -59,7 +59,12 @@ from lora_guard._reading.adapters import (
     malformed_violation,
     parse_config,
 )
-from lora_guard._reading.safetensors import HeaderError, header_length, parse_header
+from lora_guard._reading.safetensors import (
+    HeaderError,
+    TensorInfo,
+    header_length,
+    parse_header,
+)
 
 __all__ = [
     "EXTRA",
@@ -465,36 +470,57 @@ class _HTTP(_Store):
                 raise RemoteError(shown, f"HTTP read failed after retries ({_short(exc)})",
                                   kind="unreachable") from None
             with response:
-                status = response.status_code
-                if status in (301, 302, 303, 307, 308) and "location" in response.headers:
-                    target = urljoin(url, response.headers["location"])
-                    if urlsplit(target)[:2] != origin:
-                        raise RemoteError(shown, f"redirected to another host "
-                                          f"({_redact(target)}); not followed", kind="redirect")
-                    url = target
-                    continue
-                if status in (404, 410):
-                    raise _not_found(shown, f"not found (HTTP {status})")
-                if status in (401, 403):
-                    raise RemoteError(shown, f"access denied (HTTP {status})", kind="denied")
-                if status == 416:
-                    raise RemoteError(shown, "range not satisfiable (the file is shorter "
-                                      "than its header says)", kind="truncated")
-                if status not in (200, 206):
-                    raise RemoteError(shown, f"HTTP {status} after retries",
-                                      kind="unreachable")
-                try:
-                    if status == 206:
-                        data = response.raw.read(end - start)
-                        return data, _total(response.headers)
-                    # The server ignored the range: read no more than asked, then hang up.
-                    data = response.raw.read(end)[start:]
-                    length = response.headers.get("content-length", "")
-                    return data, int(length) if length.isdigit() else None
-                except Exception as exc:
-                    raise RemoteError(shown, f"read cut off ({_short(exc)})", kind="truncated"
-                                      ) from None
+                target = _same_origin_redirect(response, url, origin, shown)
+                if target is None:
+                    return _ranged_body(response, shown, start, end)
+            url = target
         raise RemoteError(shown, f"more than {_MAX_REDIRECTS} redirects", kind="redirect")
+
+
+def _same_origin_redirect(response: Any, url: str, origin: tuple[str, str], shown: str
+                          ) -> str | None:
+    """Where a redirect reply leads (None for any other reply); `RemoteError` for another
+    host, which is never followed."""
+    if response.status_code not in (301, 302, 303, 307, 308):
+        return None
+    if "location" not in response.headers:
+        return None
+    target = urljoin(url, str(response.headers["location"]))
+    if urlsplit(target)[:2] != origin:
+        raise RemoteError(shown, f"redirected to another host ({_redact(target)}); not "
+                          "followed", kind="redirect")
+    return target
+
+
+def _http_status_error(status: int, shown: str) -> RemoteError | None:
+    """The violation an HTTP status means for a ranged read (None for 200 and 206)."""
+    if status in (200, 206):
+        return None
+    if status in (404, 410):
+        return _not_found(shown, f"not found (HTTP {status})")
+    if status in (401, 403):
+        return RemoteError(shown, f"access denied (HTTP {status})", kind="denied")
+    if status == 416:
+        return RemoteError(shown, "range not satisfiable (the file is shorter than its header "
+                           "says)", kind="truncated")
+    return RemoteError(shown, f"HTTP {status} after retries", kind="unreachable")
+
+
+def _ranged_body(response: Any, shown: str, start: int, end: int) -> tuple[bytes, int | None]:
+    """Bytes ``start`` to ``end`` of a reply and the file's size, reading no further even when
+    the server ignored the range."""
+    error = _http_status_error(response.status_code, shown)
+    if error is not None:
+        raise error
+    try:
+        if response.status_code == 206:
+            return response.raw.read(end - start), _total(response.headers)
+        # The server ignored the range: read no more than asked, then hang up.
+        data = response.raw.read(end)[start:]
+        length = response.headers.get("content-length", "")
+        return data, int(length) if length.isdigit() else None
+    except Exception as exc:
+        raise RemoteError(shown, f"read cut off ({_short(exc)})", kind="truncated") from None
 
 
 def _total(headers: Mapping[str, str]) -> int | None:
@@ -505,6 +531,11 @@ def _total(headers: Mapping[str, str]) -> int | None:
 
 
 def _short(exc: BaseException) -> str:
+    """A library's error in one short line, no credentials; a timeout said as one (the
+    libraries bury it deep in a wrapped message)."""
+    if isinstance(exc, TimeoutError) or "timed out" in str(exc).lower():
+        return (f"{type(exc).__name__}: timed out; LORA_GUARD_REMOTE_TIMEOUT sets the seconds "
+                "per request")
     text = str(exc).splitlines()[0] if str(exc) else ""
     text = re.sub(r"https?://\S+", lambda m: _redact(m.group(0)), text)
     return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
@@ -513,17 +544,11 @@ def _short(exc: BaseException) -> str:
 # --- reading one adapter -------------------------------------------------------------------
 
 
-def _read_adapter(store: _Store, adapter_id: str, folder: str,
-                  files: dict[str, int | None]) -> AdapterSpec:
-    listed = any(size is not None for size in files.values())
-    transferred = 0
+_Reader = Callable[[str, int, int], "tuple[bytes, int | None]"]
 
-    def read(name: str, start: int, end: int) -> tuple[bytes, int | None]:
-        nonlocal transferred
-        data, total = store.read(folder, name, start, end)
-        transferred += len(data)
-        return data, total
 
+def _read_config(read: _Reader, files: Mapping[str, int | None], listed: bool) -> bytes:
+    """``adapter_config.json``'s bytes, at most its cap, refused when listed larger."""
     if listed and CONFIG_NAME not in files:
         raise Malformed(CONFIG_NAME, "missing; an adapter folder needs adapter_config.json")
     config_size = files.get(CONFIG_NAME)
@@ -534,7 +559,12 @@ def _read_adapter(store: _Store, adapter_id: str, folder: str,
     if config_size is not None and len(raw) < min(config_size, MAX_CONFIG_BYTES + 1):
         raise RemoteError(CONFIG_NAME, f"read {len(raw)} of {config_size} bytes; the read was "
                           "cut short", kind="truncated")
-    config = checked_config(parse_config(raw))
+    return raw
+
+
+def _weights_size(read: _Reader, files: Mapping[str, int | None], listed: bool
+                  ) -> tuple[bytes, int]:
+    """The first 8 bytes of the weights and the file's size (as listed, or as replied)."""
     if listed and WEIGHTS_NAME not in files:
         for name in _PICKLE_NAMES:
             if name in files:
@@ -553,15 +583,38 @@ def _read_adapter(store: _Store, adapter_id: str, folder: str,
     if len(first) < min(8, size):
         raise RemoteError(WEIGHTS_NAME, f"read {len(first)} of 8 bytes; the read was cut "
                           "short", kind="truncated")
+    return first, size
+
+
+def _read_header(read: _Reader, first: bytes, size: int
+                 ) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """The safetensors header's tensors and metadata, its length capped before it is read."""
     try:
         length = header_length(first, size)  # the cap, before the header is read
         header, _ = read(WEIGHTS_NAME, 8, 8 + length)
         if len(header) != length:
             raise RemoteError(WEIGHTS_NAME, f"header read {len(header)} of {length} bytes; the "
                               "read was cut short", kind="truncated")
-        tensors, metadata = parse_header(header, size - 8 - length)
+        return parse_header(header, size - 8 - length)
     except HeaderError as exc:
         raise Malformed(WEIGHTS_NAME, exc.problem) from None
+
+
+def _read_adapter(store: _Store, adapter_id: str, folder: str,
+                  files: dict[str, int | None]) -> AdapterSpec:
+    listed = any(size is not None for size in files.values())
+    transferred = 0
+
+    def read(name: str, start: int, end: int) -> tuple[bytes, int | None]:
+        nonlocal transferred
+        data, total = store.read(folder, name, start, end)
+        transferred += len(data)
+        return data, total
+
+    raw = _read_config(read, files, listed)
+    config = checked_config(parse_config(raw))
+    first, size = _weights_size(read, files, listed)
+    tensors, metadata = _read_header(read, first, size)
     return build_spec(pathlib.Path(adapter_id), config, tensors, metadata,
                       len(raw) + size, url=adapter_id, transferred=transferred)
 
