@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import importlib
-import json
 import math
 import os
 import pathlib
@@ -19,17 +18,20 @@ import stat
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from lora_guard._checking.checks import MoELayout, check_moe_layouts
 from lora_guard._core.config import refuse
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.safetensors import (
     OPEN_FLAGS,
+    DuplicateKey,
     HeaderError,
+    NonFinite,
     TensorInfo,
     json_value_bound,
     read_header_from_fd,
+    strict_json,
 )
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "parse_json_config",
     "pattern_value",
     "read_config",
+    "read_folder",
 ]
 
 CONFIG_NAME = "adapter_config.json"
@@ -278,17 +281,18 @@ class AdapterSpec:
 # --- files ---------------------------------------------------------------------------------
 
 
-def is_adapter_dir(path: pathlib.Path) -> bool:
-    """A folder that holds an adapter config or adapter weights (looked up by name: no
-    listing, so a folder of 100,000 files costs a few lookups)."""
+def is_adapter_dir(path: str | os.PathLike[str]) -> bool:
+    """A folder that holds an adapter config or adapter weights (looked up by name, the
+    config first, stopping at the first found: no listing, so a folder of 100,000 files
+    costs one lookup, a folder that is not an adapter six)."""
     try:
-        names = [n for n in _ADAPTER_FILES if os.path.lexists(os.path.join(path, n))]
-    except (OSError, ValueError):
+        base = os.fspath(path)
+        return any(os.path.lexists(os.path.join(base, n)) for n in _ADAPTER_ORDER)
+    except (OSError, ValueError, TypeError):
         return False
-    return not _ADAPTER_FILES.isdisjoint(names)
 
 
-_ADAPTER_FILES = frozenset((CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES))
+_ADAPTER_ORDER = (CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES)
 
 
 def _link_root(folder: pathlib.Path) -> str:
@@ -396,7 +400,7 @@ def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
     no duplicate keys or NaN), but not checked for LoRA's fields, so a caller can look at
     ``peft_type`` first. Raises `Malformed` when it cannot be read.
     """
-    folder = pathlib.Path(folder)
+    folder = folder if isinstance(folder, pathlib.Path) else pathlib.Path(folder)
     opened = _open_regular(folder, CONFIG_NAME)
     if opened is None:
         raise Malformed(CONFIG_NAME, "missing; an adapter folder needs adapter_config.json")
@@ -404,7 +408,9 @@ def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
     try:
         if info.st_size > MAX_CONFIG_BYTES:
             raise Malformed(CONFIG_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
-        raw = _read_fd(fd, MAX_CONFIG_BYTES + 1)
+        raw = _read_fd(fd, info.st_size + 1)  # a buffer of the file's size, not of the cap
+        if len(raw) > info.st_size:  # it grew since fstat: read on, up to the cap
+            raw += _read_fd(fd, MAX_CONFIG_BYTES + 1 - len(raw))
     except OSError as exc:
         raise Malformed(CONFIG_NAME, f"cannot be read ({_reason(exc)})") from None
     finally:
@@ -428,27 +434,18 @@ a few hundred, a big ``rank_pattern`` a few thousand. Bounds the parse to about 
 def parse_json_config(raw: bytes, file: str) -> dict[str, Any]:
     """A JSON object from ``raw`` (a config file's bytes), bounded and strict: no duplicate
     keys, no NaN, at most `MAX_CONFIG_VALUES` values, every failure a `Malformed`."""
-    values = json_value_bound(raw)
+    colons = raw.count(b":")
+    values = json_value_bound(raw, colons)
     if values > MAX_CONFIG_VALUES:
         raise Malformed(file, f"holds up to {values:,} JSON values, more than the "
                         f"{MAX_CONFIG_VALUES:,} a config may (memory bound)")
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in result:
-                raise Malformed(file, f"duplicate key {key!r}")
-            result[key] = value
-        return result
-
-    def reject_constant(name: str) -> Any:  # NaN/Infinity: not JSON; a NaN alpha is NaN output
-        raise Malformed(file, f"non-standard JSON constant {name}; every number must be finite")
-
     try:
-        config = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates,
-                            parse_constant=reject_constant)
-    except Malformed:
-        raise
+        config = strict_json(raw.decode("utf-8"), colons)
+    except DuplicateKey as exc:
+        raise Malformed(file, f"duplicate key {exc.key!r}") from None
+    except NonFinite as exc:  # NaN/Infinity: not JSON; a NaN alpha is NaN output
+        raise Malformed(file, f"non-standard JSON constant {exc.name}; every number must be "
+                        "finite") from None
     except UnicodeDecodeError:
         raise Malformed(file, "not UTF-8 text") from None
     except RecursionError:
@@ -711,8 +708,23 @@ def pattern_value(pattern: Mapping[str, Any], module: str) -> Any:
     return None
 
 
+_SPLITS: dict[str, tuple[str, str] | None] = {}
+
+
 def _split(key: str) -> tuple[str, str] | None:
-    """(module, role) for a key in LoRA grammar, role in A/B/eA/eB/dora/lora_bias/..."""
+    """(module, role) for a key in LoRA grammar, role in A/B/eA/eB/dora/lora_bias/...
+    (remembered: the adapters of a set repeat the same keys)."""
+    try:
+        return _SPLITS[key]
+    except KeyError:
+        pass
+    if len(_SPLITS) > 200_000:
+        _SPLITS.clear()
+    found = _SPLITS[key] = _split_key(key)
+    return found
+
+
+def _split_key(key: str) -> tuple[str, str] | None:
     name = key.removeprefix(_PREFIX)
     for suffix, role in (
         (".lora_A.weight", "A"), (".lora_B.weight", "B"),
@@ -816,7 +828,35 @@ def _target_of(module: str, config: Mapping[str, Any]) -> tuple[str, str, int | 
     return _leaf(module), "linear", None
 
 
+_RECORDS: dict[tuple[Any, ...], LoRAModuleSpec] = {}
+
+
 def _module_record(
+    module: str,
+    halves: Mapping[str, str],
+    tensors: Mapping[str, TensorInfo],
+    config: Mapping[str, Any],
+) -> LoRAModuleSpec:
+    """The module's record; equal modules of adapters of one recipe share one (a record
+    depends on the config only through ``target_parameters`` and, for ``moe-flat``, the
+    ranks: those are not shared)."""
+    if config.get("target_parameters"):
+        return _new_record(module, halves, tensors, config)
+    a_key = halves.get("A") or halves.get("eA")
+    b_key = halves.get("B") or halves.get("eB")
+    key = (module, a_key, b_key, "eA" in halves or "eB" in halves,
+           tensors[a_key] if a_key else None, tensors[b_key] if b_key else None)
+    record = _RECORDS.get(key)
+    if record is None:
+        record = _new_record(module, halves, tensors, config)
+        if record.kind != "moe-flat":
+            if len(_RECORDS) > 100_000:
+                _RECORDS.clear()
+            _RECORDS[key] = record
+    return record
+
+
+def _new_record(
     module: str,
     halves: Mapping[str, str],
     tensors: Mapping[str, TensorInfo],
@@ -916,6 +956,17 @@ def load_spec(
     if not is_dir:
         raise Malformed(folder.name, "not an adapter folder (expected a folder holding "
                         "adapter_config.json and adapter_model.safetensors)", kind="not-found")
+    return read_folder(folder, require_weights=require_weights,
+                       config_defaults=config_defaults)
+
+
+def read_folder(
+    folder: pathlib.Path,
+    *,
+    require_weights: bool = True,
+    config_defaults: Mapping[str, Any] | None = None,
+) -> AdapterSpec:
+    """`load_spec` of a path already known to be a folder (the checker's search found it)."""
     config, config_size = _read_config(folder, config_defaults)
     tensors, metadata, weights_size = _read_weights(folder, require_weights)
     if not require_weights and not tensors and not os.path.lexists(folder / WEIGHTS_NAME):
@@ -929,6 +980,63 @@ def build_spec(
 ) -> AdapterSpec:
     """The `AdapterSpec` of a read config and header (local or remote: ``url=``,
     ``transferred=``)."""
+    parts = _parts_of(tensors, config)
+    return AdapterSpec(
+        path=folder,
+        config=types.MappingProxyType(config),
+        tensors=parts.tensors,
+        modules=parts.modules,
+        rank=parts.rank or int(config["r"]),
+        moe_layout=parts.layout,
+        target_modules=parts.targets,
+        features=types.MappingProxyType(_features(config, parts.extra)),
+        dtypes=parts.dtypes,
+        size=size,
+        metadata=types.MappingProxyType(metadata),
+        unknown_keys=parts.unknown,
+        extra_keys=parts.extra,
+        **remote,
+    )
+
+
+class _Parts(NamedTuple):
+    """What a header's tensors say, with the few config fields it depends on."""
+
+    tensors: Mapping[str, TensorInfo]
+    modules: Mapping[str, LoRAModuleSpec]
+    extra: Mapping[str, str]
+    unknown: tuple[str, ...]
+    layout: MoELayout | None
+    targets: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    rank: int | None
+
+
+_PARTS: dict[tuple[Any, ...], tuple[dict[str, TensorInfo], _Parts]] = {}
+
+
+def _parts_of(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Parts:
+    """`_Parts` of a header, remembered for the shared maps the header reader returns for
+    byte-identical headers. The key holds the map's identity, and the entry holds the map
+    itself, so the identity cannot be reused while the entry lives; configs with patterns
+    or ``target_parameters`` (which change the modules) are not remembered."""
+    if config.get("rank_pattern") or config.get("alpha_pattern") or config.get(
+            "target_parameters"):
+        return _new_parts(tensors, config)
+    saved = config.get("modules_to_save")
+    key = (id(tensors), config.get("r"), config.get("bias"),
+           tuple(saved) if isinstance(saved, list) else saved)
+    found = _PARTS.get(key)
+    if found is not None and found[0] is tensors:
+        return found[1]
+    parts = _new_parts(tensors, config)
+    if len(_PARTS) >= 256:
+        _PARTS.clear()
+    _PARTS[key] = (tensors, parts)
+    return parts
+
+
+def _new_parts(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Parts:
     halves: dict[str, dict[str, str]] = {}
     extra: dict[str, str] = {}
     unknown: list[str] = []
@@ -954,24 +1062,18 @@ def build_spec(
         module: _module_record(module, parts, tensors, config)
         for module, parts in sorted(halves.items())
     }
-    layout, _ = check_moe_layouts(folder.name, tensors)
+    layout, _ = check_moe_layouts("adapter", tensors)
     lora_keys = [k for parts in halves.values() for k in parts.values()]
     ranks = [m.rank for m in modules.values() if m.rank]
-    return AdapterSpec(
-        path=folder,
-        config=types.MappingProxyType(config),
+    return _Parts(
         tensors=types.MappingProxyType(tensors),
         modules=types.MappingProxyType(modules),
-        rank=max(ranks) if ranks else int(config["r"]),
-        moe_layout=layout,
-        target_modules=tuple(sorted({m.target for m in modules.values()})),
-        features=types.MappingProxyType(_features(config, extra)),
+        extra=types.MappingProxyType(extra),
+        unknown=tuple(sorted(unknown)),
+        layout=layout,
+        targets=tuple(sorted({m.target for m in modules.values()})),
         dtypes=tuple(sorted({tensors[k].dtype for k in lora_keys})),
-        size=size,
-        metadata=types.MappingProxyType(metadata),
-        unknown_keys=tuple(sorted(unknown)),
-        extra_keys=types.MappingProxyType(extra),
-        **remote,
+        rank=max(ranks) if ranks else None,
     )
 
 
