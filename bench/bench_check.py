@@ -11,7 +11,10 @@
 3. ``--huge`` adds 100,000 adapters to the sizes (a few minutes: writing the corpus included).
 
 The corpus: tiny PEFT-format adapters (2 layers, hidden 64) of eight kinds (rank 8 or 16,
-q/v or all attention projections, fp16 or bf16), copied round-robin into one folder each.
+q/v or all attention projections, fp16 or bf16), copied round-robin into one folder each, as
+a fleet trained from a few recipes is. ``--distinct`` gives every adapter its own bytes (its
+name in the config's ``revision`` and in the header's ``__metadata__``): the checker then
+parses every file (it parses byte-identical configs and headers once).
 """
 
 from __future__ import annotations
@@ -36,8 +39,21 @@ _KINDS = [
 ]
 
 
-def write_corpus(root: pathlib.Path, count: int) -> list[pathlib.Path]:
-    """``count`` adapter folders under ``root`` (``a000000`` ...), eight kinds round-robin."""
+def _distinct(config: bytes, weights: bytes, name: str) -> tuple[bytes, bytes]:
+    """The same adapter with its own bytes: its name in the config's ``revision`` and in the
+    header's ``__metadata__`` (so no two configs or headers are byte-identical)."""
+    config = config.replace(b'"revision": null', f'"revision": "{name}"'.encode())
+    length = int.from_bytes(weights[:8], "little")
+    header = json.loads(weights[8:8 + length])
+    header["__metadata__"] = {"format": "pt", "name": name}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return config, len(raw).to_bytes(8, "little") + raw + weights[8 + length:]
+
+
+def write_corpus(root: pathlib.Path, count: int, distinct: bool = False) -> list[pathlib.Path]:
+    """``count`` adapter folders under ``root`` (``a000000`` ...), eight kinds round-robin;
+    ``distinct``: no two with byte-identical files."""
     from lora_guard.testing import write_adapter
 
     templates = []
@@ -52,6 +68,8 @@ def write_corpus(root: pathlib.Path, count: int) -> list[pathlib.Path]:
         folder = root / f"a{i:06d}"
         folder.mkdir()
         config, weights = templates[i % len(templates)]
+        if distinct:
+            config, weights = _distinct(config, weights, folder.name)
         (folder / "adapter_config.json").write_bytes(config)
         (folder / "adapter_model.safetensors").write_bytes(weights)
         folders.append(folder)
@@ -120,6 +138,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cli", action="store_true", help="time the CLI in every format")
     parser.add_argument("--huge", action="store_true", help="add 100,000 adapters")
+    parser.add_argument("--distinct", action="store_true",
+                        help="no two adapters with byte-identical config or header")
     parser.add_argument("--child", nargs=2, metavar=("FORMAT", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -136,8 +156,10 @@ def main() -> None:
         for n in sizes:
             root = pathlib.Path(tmp) / f"n{n}"
             start = time.perf_counter()
-            folders = write_corpus(root, n)
-            print(f"\n{n:,} tiny adapters (corpus written in {time.perf_counter() - start:.1f} s)")
+            folders = write_corpus(root, n, args.distinct)
+            kind = "distinct" if args.distinct else "eight recipes"
+            print(f"\n{n:,} tiny adapters, {kind} (corpus written in "
+                  f"{time.perf_counter() - start:.1f} s)")
             repeat = args.repeat if n <= 10_000 else 1
             raw = timed(lambda: floor(folders), repeat)  # noqa: B023
             check = timed(lambda: lg.check_adapters(root), repeat)  # noqa: B023

@@ -167,3 +167,31 @@ def test_users_mypy_passes_on_tuples_and_lists(tmp_path: pathlib.Path) -> None:
         env={**os.environ, "MYPYPATH": str(pathlib.Path(lg.__file__).parents[1])},
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_json_report_is_built_per_adapter_and_is_the_same_text(
+    tmp_path: pathlib.Path,
+) -> None:
+    import json
+
+    write_adapter(tmp_path / "set" / "big", rank=64)
+    write_adapter(tmp_path / "set" / "old", defects=("pickle-bin",))
+    write_adapter(tmp_path / "set" / "ok")
+    report = lg.check_adapters(tmp_path / "set", lg.ServingLimits(max_rank=16, max_loras=2))
+    assert report.to_json() == json.dumps(report.to_dict(), indent=2)
+    assert json.loads(report.to_json())["summary"] == {
+        "adapters": 3, "failed": 2, "violations": 3,
+        "by_code": {"LG101": 1, "LG108": 1, "LG110": 1}}
+    empty = lg.check_adapters([])
+    assert empty.to_json() == json.dumps(empty.to_dict(), indent=2)
+
+
+def test_a_guarded_cache_reads_through_the_store_and_still_refuses_a_collision() -> None:
+    torch = pytest.importorskip("torch")
+    store: dict[str, object] = {}
+    cache = lg.GuardedCache(store)
+    cache["k"] = torch.empty(4, 8)
+    assert cache.get("k") is store["k"] and cache.get("missing", 1) == 1
+    with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
+        cache["k"] = torch.empty(2, 8)
+    assert cache.get("k").shape == (4, 8) and isinstance(cache, dict)

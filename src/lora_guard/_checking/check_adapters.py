@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import stat
 import types
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Union, cast
@@ -348,31 +349,23 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``schema_version`` 1): see the checking guide for every field."""
+        return self._dict(list(self._entries()))
+
+    def to_json(self) -> str:
+        """`to_dict` as JSON text, exactly ``json.dumps(report.to_dict(), indent=2)``, built
+        one adapter at a time so that 100,000 adapters never exist as one nested dict."""
+        text = json.dumps(self._dict(_ADAPTERS_HOLE), indent=2)
+        entries = [json.dumps(e, indent=2).replace("\n", "\n    ") for e in self._entries()]
+        listed = "[\n    " + ",\n    ".join(entries) + "\n  ]" if entries else "[]"
+        return text.replace(json.dumps(_ADAPTERS_HOLE), listed, 1)
+
+    def _entries(self) -> Iterator[dict[str, Any]]:
         specs = {str(s.path): s for s in self.adapters}
-        adapters = []
         for adapter_id in self.ids:
-            spec = specs.get(_spec_key(adapter_id))
-            found = self.by_adapter.get(adapter_id, ())
-            entry: dict[str, Any] = {
-                "id": adapter_id,
-                "ok": not found,
-                "readable": spec is not None,
-                "rank": None, "dtypes": [], "layout": None, "targets": [], "size": None,
-                "features": [], "modules": 0, "tensors": 0,
-                "base_model": None,
-            }
-            if spec is not None:
-                entry.update(
-                    rank=spec.rank, dtypes=list(spec.dtypes), layout=spec.layout,
-                    targets=list(spec.target_modules), size=spec.size,
-                    features=sorted(spec.features), modules=len(spec.modules),
-                    tensors=len(spec.tensors),
-                    base_model=spec.config.get("base_model_name_or_path"),
-                )
-                if spec.url is not None:  # a remote adapter: what its check cost
-                    entry["url"], entry["transferred"] = spec.url, spec.transferred
-            entry["violations"] = [v.to_dict() for v in found]
-            adapters.append(entry)
+            yield _entry(adapter_id, specs.get(_spec_key(adapter_id)),
+                         self.by_adapter.get(adapter_id, ()))
+
+    def _dict(self, adapters: Any) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for v in self.violations:
             counts[v.code] = counts.get(v.code, 0) + 1
@@ -382,13 +375,41 @@ class Report:
             "limits": self.limits.to_dict() if self.limits else ServingLimits().to_dict(),
             "summary": {
                 "adapters": len(self.ids),
-                "failed": sum(1 for a in adapters if not a["ok"]),
+                "failed": sum(1 for i in self.ids if self.by_adapter.get(i)),
                 "violations": len(self.violations),
                 "by_code": dict(sorted(counts.items())),
             },
             "adapters": adapters,
             "set_violations": [v.to_dict() for v in self.by_adapter.get(_SET, ())],
         }
+
+
+_ADAPTERS_HOLE = "\x00adapters\x00"  # where `Report.to_json` puts the adapters' text
+
+
+def _entry(adapter_id: str, spec: AdapterSpec | None,
+           found: tuple[Violation, ...]) -> dict[str, Any]:
+    """One adapter of `Report.to_dict`."""
+    entry: dict[str, Any] = {
+        "id": adapter_id,
+        "ok": not found,
+        "readable": spec is not None,
+        "rank": None, "dtypes": [], "layout": None, "targets": [], "size": None,
+        "features": [], "modules": 0, "tensors": 0,
+        "base_model": None,
+    }
+    if spec is not None:
+        entry.update(
+            rank=spec.rank, dtypes=list(spec.dtypes), layout=spec.layout,
+            targets=list(spec.target_modules), size=spec.size,
+            features=sorted(spec.features), modules=len(spec.modules),
+            tensors=len(spec.tensors),
+            base_model=spec.config.get("base_model_name_or_path"),
+        )
+        if spec.url is not None:  # a remote adapter: what its check cost
+            entry["url"], entry["transferred"] = spec.url, spec.transferred
+    entry["violations"] = [v.to_dict() for v in found]
+    return entry
 
 
 def _spec_key(adapter_id: str) -> str:

@@ -56,6 +56,7 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
                 f"got {type(store).__name__}"
             )
         super().__init__(store)
+        self.get = store.get  # type: ignore[method-assign,assignment]  # the read path, see get()
         self._self_on_collision = _check_on_collision(on_collision, "lora_guard.GuardedCache")
         # Check-then-store must be one step: two threads storing different shapes under one
         # key could both pass the check, and the key would silently change shape.
@@ -70,7 +71,16 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
     # Hot methods are defined here rather than delegated: a proxy attribute lookup costs
     # several times a direct call.
     def get(self, key: Any, default: Any = None) -> Any:
+        """The store's ``get``. Reads are not checked (an entry is checked when it is stored),
+        so each instance holds the store's own bound ``get`` (set in ``__init__``: the proxy
+        stores a name its class has on itself), and a lookup costs about a dict's."""
         return self.__wrapped__.get(key, default)
+
+    # A subclass of wrapt's C proxy reaches every attribute through a Python-level
+    # ``__getattribute__`` call (its ``__getattr__`` makes the type use the slow hook); the
+    # generic lookup does what the proxy's does (the proxy's own attributes, then
+    # ``__getattr__`` forwards to the store) at the speed of a plain object.
+    __getattribute__ = object.__getattribute__
 
     def __getitem__(self, key: Any) -> Any:
         return self.__wrapped__[key]
@@ -137,6 +147,7 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._self_on_collision = state["_self_on_collision"]
+        self.get = self.__wrapped__.get  # type: ignore[method-assign,assignment]
 
 
 def guard_cache_lookup(

@@ -400,7 +400,11 @@ def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
     no duplicate keys or NaN), but not checked for LoRA's fields, so a caller can look at
     ``peft_type`` first. Raises `Malformed` when it cannot be read.
     """
-    folder = folder if isinstance(folder, pathlib.Path) else pathlib.Path(folder)
+    raw = _config_bytes(folder if isinstance(folder, pathlib.Path) else pathlib.Path(folder))
+    return parse_config(raw), len(raw)
+
+
+def _config_bytes(folder: pathlib.Path) -> bytes:
     opened = _open_regular(folder, CONFIG_NAME)
     if opened is None:
         raise Malformed(CONFIG_NAME, "missing; an adapter folder needs adapter_config.json")
@@ -415,7 +419,7 @@ def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
         raise Malformed(CONFIG_NAME, f"cannot be read ({_reason(exc)})") from None
     finally:
         os.close(fd)
-    return parse_config(raw), len(raw)
+    return raw
 
 
 def parse_config(raw: bytes) -> dict[str, Any]:
@@ -460,8 +464,23 @@ def parse_json_config(raw: bytes, file: str) -> dict[str, Any]:
 def _read_config(
     folder: pathlib.Path, defaults: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], int]:
-    config, size = read_config(folder)
-    return checked_config(config, defaults), size
+    raw = _config_bytes(folder)
+    if defaults or len(raw) > _MAX_REMEMBERED_CONFIG:
+        return checked_config(parse_config(raw), defaults), len(raw)
+    config = _CONFIGS.get(raw)
+    if config is None:
+        config = checked_config(parse_config(raw))
+        if len(_CONFIGS) >= 256:
+            _CONFIGS.clear()
+        _CONFIGS[raw] = config
+    return config, len(raw)
+
+
+_CONFIGS: dict[bytes, dict[str, Any]] = {}
+"""Checked configs by their bytes: the adapters of a set trained with one recipe often have
+byte-identical configs, and the same bytes give the same answer, so each is parsed and
+checked once and the (read-only, behind the spec's mapping proxy) dict is shared."""
+_MAX_REMEMBERED_CONFIG = 16 << 10
 
 
 def checked_config(config: dict[str, Any],
