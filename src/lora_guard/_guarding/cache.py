@@ -147,7 +147,7 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._self_on_collision = state["_self_on_collision"]
-        self.get = self.__wrapped__.get  # type: ignore[method-assign,assignment]
+        self.get = self.__wrapped__.get  # type: ignore[method-assign]
 
 
 def guard_cache_lookup(
