@@ -196,32 +196,46 @@ def guard_cache_lookup(
             if cache is None:
                 return fn(*args, **kwargs)
             cache_key = get_key(args, kwargs)
-            cached = cache.get(cache_key)
             wanted = get_weight(args, kwargs)
-            if cached is not None:
-                violation = check_cache_entry(cache_key, cached, wanted)
-                if violation is not None:
-                    if mode == "evict":
-                        cache.pop(cache_key, None)
-                    else:
-                        report([violation])
+            cached = _check_hit(cache, cache_key, wanted, mode)
             result = fn(*args, **kwargs)
             if result is cached or result is wanted or getattr(result, "shape", None) is None:
                 return result  # the usual hit (checked above), a pass-through, not a tensor
-            # Another thread may have stored another shape between the check and the body.
-            violation = check_cache_entry(cache_key, result, wanted)
-            if violation is None:
-                return result
-            if mode == "evict":
-                if cache.get(cache_key) is result:
-                    cache.pop(cache_key, None)
-                return fn(*args, **kwargs)
-            report([violation])
-            return result
+            return _check_result(cache, cache_key, wanted, result, mode,
+                                 lambda: fn(*args, **kwargs))
 
         return cast(F, wrapper)
 
     return decorate
+
+
+def _check_hit(cache: Any, cache_key: Any, wanted: Any, mode: OnCollision) -> Any:
+    """The entry under the key, checked against the weight wanted before the body runs: a
+    mismatch raises LG003 or (evict) is dropped. Returns the entry found."""
+    cached = cache.get(cache_key)
+    if cached is not None:
+        violation = check_cache_entry(cache_key, cached, wanted)
+        if violation is not None:
+            if mode == "evict":
+                cache.pop(cache_key, None)
+            else:
+                report([violation])
+    return cached
+
+
+def _check_result(cache: Any, cache_key: Any, wanted: Any, result: Any, mode: OnCollision,
+                  again: Callable[[], Any]) -> Any:
+    """Another thread may have stored another shape between the check and the body: the
+    body's result checked too (evict: dropped, and the body run ``again``)."""
+    violation = check_cache_entry(cache_key, result, wanted)
+    if violation is None:
+        return result
+    if mode == "evict":
+        if cache.get(cache_key) is result:
+            cache.pop(cache_key, None)
+        return again()
+    report([violation])
+    return result
 
 
 def weight_cache_key(*parts: str | int, weight: Any) -> str:

@@ -615,9 +615,18 @@ def _regex_parser() -> Any:
 
 
 def _validate_config(config: Mapping[str, Any]) -> None:
-    def bad(field_: str, want: str) -> Malformed:
-        return Malformed(CONFIG_NAME, f"field {field_!r} is {config[field_]!r}, {want}")
+    _required_fields(config)
+    for name in ("rank_pattern", "alpha_pattern"):
+        _pattern_field(config, name)
+    _list_fields(config)
 
+
+def _bad(config: Mapping[str, Any], field_: str, want: str) -> Malformed:
+    return Malformed(CONFIG_NAME, f"field {field_!r} is {config[field_]!r}, {want}")
+
+
+def _required_fields(config: Mapping[str, Any]) -> None:
+    """``r``, ``lora_alpha`` and ``target_modules`` (or ``target_parameters``), well typed."""
     for required in ("r", "lora_alpha"):
         if required not in config:
             raise Malformed(CONFIG_NAME, f"no {required!r} field (PEFT writes it; vLLM "
@@ -626,51 +635,56 @@ def _validate_config(config: Mapping[str, Any]) -> None:
         raise Malformed(CONFIG_NAME, "no 'target_modules' field")
     r = config["r"]
     if not isinstance(r, int) or isinstance(r, bool) or r < 1:
-        raise bad("r", "not a positive integer")
+        raise _bad(config, "r", "not a positive integer")
     alpha = config["lora_alpha"]
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha):
-        raise bad("lora_alpha", "not a finite number")
-    for name in ("rank_pattern", "alpha_pattern"):
-        pattern = config.get(name)
-        if pattern is None:
-            continue
-        if not isinstance(pattern, dict):
-            raise bad(name, "not an object of module-regex -> value")
-        if len(pattern) > _MAX_PATTERN_KEYS:
-            raise Malformed(CONFIG_NAME, f"{name} has {len(pattern):,} keys (at most "
-                            f"{_MAX_PATTERN_KEYS:,}); name fewer modules or use a suffix")
-        for key, value in pattern.items():
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                math.isfinite(value))
-            if name == "rank_pattern":
-                ok = ok and isinstance(value, int) and value >= 1
-            if not ok:
-                want = "positive integer" if name == "rank_pattern" else "finite number"
-                raise Malformed(CONFIG_NAME, f"{name}[{key!r}] is {value!r}, not a {want}")
-            problem = _regex_problem(key)
-            if problem:
-                raise Malformed(CONFIG_NAME, f"{name} key {_clip(key)!r} {problem}")
+        raise _bad(config, "lora_alpha", "not a finite number")
+
+
+def _pattern_field(config: Mapping[str, Any], name: str) -> None:
+    """``rank_pattern`` / ``alpha_pattern``: module regex -> a number, each regex safe."""
+    pattern = config.get(name)
+    if pattern is None:
+        return
+    if not isinstance(pattern, dict):
+        raise _bad(config, name, "not an object of module-regex -> value")
+    if len(pattern) > _MAX_PATTERN_KEYS:
+        raise Malformed(CONFIG_NAME, f"{name} has {len(pattern):,} keys (at most "
+                        f"{_MAX_PATTERN_KEYS:,}); name fewer modules or use a suffix")
+    for key, value in pattern.items():
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            math.isfinite(value))
+        if name == "rank_pattern":
+            ok = ok and isinstance(value, int) and value >= 1
+        if not ok:
+            want = "positive integer" if name == "rank_pattern" else "finite number"
+            raise Malformed(CONFIG_NAME, f"{name}[{key!r}] is {value!r}, not a {want}")
+        problem = _regex_problem(key)
+        if problem:
+            raise Malformed(CONFIG_NAME, f"{name} key {_clip(key)!r} {problem}")
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(t, str) for t in value)
+
+
+def _list_fields(config: Mapping[str, Any]) -> None:
+    """``target_modules``, ``target_parameters``, ``bias`` and ``modules_to_save``."""
     targets = config.get("target_modules")
-    if targets is not None and not isinstance(targets, str) and not (
-        isinstance(targets, list) and all(isinstance(t, str) for t in targets)
-    ):
-        raise bad("target_modules", "not a list of module names or a regex string")
+    if targets is not None and not isinstance(targets, str) and not _strings(targets):
+        raise _bad(config, "target_modules", "not a list of module names or a regex string")
     if isinstance(targets, str):  # PEFT: re.fullmatch(target_modules, every module name)
         problem = _regex_problem(targets, _MAX_PATTERN_REPEATS + 1)
         if problem:
             raise Malformed(CONFIG_NAME, f"target_modules regex {_clip(targets)!r} {problem}")
     parameters = config.get("target_parameters")
-    if parameters is not None and not (
-        isinstance(parameters, list) and all(isinstance(t, str) for t in parameters)
-    ):
-        raise bad("target_parameters", "not a list of parameter names")
+    if parameters is not None and not _strings(parameters):
+        raise _bad(config, "target_parameters", "not a list of parameter names")
     if "bias" in config and config["bias"] not in ("none", "all", "lora_only"):
-        raise bad("bias", "not one of 'none', 'all', 'lora_only'")
+        raise _bad(config, "bias", "not one of 'none', 'all', 'lora_only'")
     saved = config.get("modules_to_save")
-    if saved is not None and not (
-        isinstance(saved, list) and all(isinstance(t, str) for t in saved)
-    ):
-        raise bad("modules_to_save", "not a list of module names")
+    if saved is not None and not _strings(saved):
+        raise _bad(config, "modules_to_save", "not a list of module names")
 
 
 def _read_weights(
@@ -896,19 +910,8 @@ def _new_record(
         # packed MoE weights are 3D under an experts module; other N-D halves are convolutions
         packed = "experts" in module.split(".") and all(len(s) == 3 for s in wide)
         kind = "moe-packed" if packed else "conv"
-    rank: int | None = None
-    experts: int | None = None
     half = a or b
-    if kind == "moe-packed":
-        if b_shape and len(b_shape) == 3:
-            rank = b_shape[-1]
-        elif a_shape and len(a_shape) == 3:
-            rank = a_shape[-2] // (2 if "gate_up" in target or "w13" in target else 1)
-        experts = max((s[0] for s in (a_shape, b_shape) if s and len(s) == 3), default=None)
-    elif a_shape and len(a_shape) >= 2:  # linear (r, in); conv (r, in, *kernel)
-        rank = a_shape[0]
-    elif b_shape and len(b_shape) >= 2:  # linear (out, r); conv (out, r, *kernel)
-        rank = b_shape[1]
+    rank, experts = _rank_and_experts(kind, target, a_shape, b_shape)
     if kind == "moe-flat" and rank:
         r = (pattern_value(config.get("rank_pattern") or {}, parameter_key(module, target, kind))
              or config.get("r"))
@@ -923,6 +926,24 @@ def _new_record(
         dtype=half.dtype if half else "", layer=int(layer_match.group(1))
         if layer_match else None, expert=expert, experts=experts, a_key=a_key, b_key=b_key,
     )
+
+
+def _rank_and_experts(kind: str, target: str, a_shape: tuple[int, ...] | None,
+                      b_shape: tuple[int, ...] | None) -> tuple[int | None, int | None]:
+    """The rank the halves show, and the expert count a packed MoE module holds."""
+    if kind == "moe-packed":
+        rank: int | None = None
+        if b_shape and len(b_shape) == 3:
+            rank = b_shape[-1]
+        elif a_shape and len(a_shape) == 3:
+            rank = a_shape[-2] // (2 if "gate_up" in target or "w13" in target else 1)
+        experts = max((s[0] for s in (a_shape, b_shape) if s and len(s) == 3), default=None)
+        return rank, experts
+    if a_shape and len(a_shape) >= 2:  # linear (r, in); conv (r, in, *kernel)
+        return a_shape[0], None
+    if b_shape and len(b_shape) >= 2:  # linear (out, r); conv (out, r, *kernel)
+        return b_shape[1], None
+    return None, None
 
 
 def _features(config: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, Any]:

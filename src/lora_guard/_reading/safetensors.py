@@ -340,6 +340,21 @@ def _checked_info(name: str, entry: object) -> TensorInfo:
         raise HeaderError(f"tensor {shown} nests JSON deeper than {MAX_NESTING} levels")
     if not isinstance(code, str) or code not in DTYPE_BITS:
         raise HeaderError(f"tensor {shown} has unknown dtype {str(code)[:40]!r}")
+    begin, end = _checked_layout(shown, shape, offsets)
+    bits = math.prod(shape) * DTYPE_BITS[code]
+    if bits % 8:
+        raise HeaderError(f"tensor {shown} of {code} {shape} is not a whole number of bytes")
+    if bits // 8 != end - begin:
+        raise HeaderError(
+            f"tensor {shown} of {code} {shape} needs {bits // 8} bytes but its data_offsets "
+            f"[{begin}, {end}] hold {end - begin}"
+        )
+    return TensorInfo(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
+
+
+def _checked_layout(shown: str, shape: object, offsets: object) -> tuple[int, int]:
+    """The shape a list of at most `MAX_NDIM` non-negative ints, the offsets two of them in
+    order: (begin, end)."""
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
         raise HeaderError(
             f"tensor {shown} has shape {str(shape)[:80]}, not a list of non-negative integers"
@@ -358,15 +373,7 @@ def _checked_info(name: str, entry: object) -> TensorInfo:
     if end < begin:
         raise HeaderError(f"tensor {shown} has data_offsets [{begin}, {end}] that end before "
                           "they begin")
-    bits = math.prod(shape) * DTYPE_BITS[code]
-    if bits % 8:
-        raise HeaderError(f"tensor {shown} of {code} {shape} is not a whole number of bytes")
-    if bits // 8 != end - begin:
-        raise HeaderError(
-            f"tensor {shown} of {code} {shape} needs {bits // 8} bytes but its data_offsets "
-            f"[{begin}, {end}] hold {end - begin}"
-        )
-    return TensorInfo(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
+    return begin, end
 
 
 def _check_offsets(tensors: Mapping[str, TensorInfo], data_size: int) -> None:
