@@ -877,8 +877,10 @@ def _module_record(
         return _new_record(module, halves, tensors, config)
     a_key = halves.get("A") or halves.get("eA")
     b_key = halves.get("B") or halves.get("eB")
-    key = (module, a_key, b_key, "eA" in halves or "eB" in halves,
-           tensors[a_key] if a_key else None, tensors[b_key] if b_key else None)
+    a = tensors[a_key] if a_key else None
+    b = tensors[b_key] if b_key else None
+    key = (module, a_key, b_key, "eA" in halves or "eB" in halves,  # a record reads the
+           a and a.shape, b and b.shape, a and a.dtype, b and b.dtype)  # halves' shape, dtype
     record = _RECORDS.get(key)
     if record is None:
         record = _new_record(module, halves, tensors, config)
@@ -1115,6 +1117,17 @@ def _new_parts(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Pa
         dtypes=tuple(sorted({tensors[k].dtype for k in lora_keys})),
         rank=max(ranks) if ranks else None,
     )
+
+
+def forget_remembered() -> None:
+    """Empty the readers' memories of configs, headers and their parts (benchmarks measure a
+    first read with it; nothing else needs it: an entry is only ever reused for the same
+    bytes)."""
+    from lora_guard._reading import safetensors
+
+    for memory in (_CONFIGS, _PARTS, _RECORDS, _SPLITS, safetensors._HEADERS,
+                   safetensors._INFOS, safetensors._METADATA):
+        memory.clear()
 
 
 def _remote_url(path: str) -> bool:
