@@ -378,6 +378,14 @@ def _checked_layout(shown: str, shape: object, offsets: object) -> tuple[int, in
 
 def _check_offsets(tensors: Mapping[str, TensorInfo], data_size: int) -> None:
     position = 0
+    for info in tensors.values():  # the usual file: entries already in data order, no gap
+        if info.offsets[0] != position:
+            break
+        position = info.offsets[1]
+    else:
+        if position == data_size:
+            return
+    position = 0
     for name, info in sorted(tensors.items(), key=lambda item: item[1].offsets):
         begin, end = info.offsets
         if begin > position:
