@@ -98,7 +98,7 @@ def test_version_names_the_package(capsys: pytest.CaptureFixture[str]) -> None:
         ("colour = true\n", "unknown key 'colour'"),
         ("max-rank = 0\n", "max-rank: '0' must be at least 1"),
         ('format = "yaml"\n', "format = 'yaml' is not one of text, json, github, sarif"),
-        ('select = ["LG9"]\n', "'LG9' is neither a code nor the start of one"),
+        ('select = ["LG8"]\n', "'LG8' is neither a code nor the start of one"),
         ('base-config = "missing.json"\n', "--base-config: cannot read base"),
         ("max-rank = [\n", "is not valid TOML"),
         ("config = 'x.toml'\n", "unknown key 'config'"),

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import stat
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any, Union
+from typing import Any, Union, cast
 
 from lora_guard._checking.checks import MoELayout, check_moe_layouts
 from lora_guard._core.config import report as _report
@@ -25,6 +26,7 @@ from lora_guard._reading.adapters import (
     malformed_violation,
     parameter_key,
     pattern_value,
+    read_folder,
 )
 from lora_guard._reading.architectures import ARCHITECTURE_NAMES
 from lora_guard._reading.basemodel import BaseModelDims, load_base_config
@@ -85,6 +87,59 @@ def _names(owner: str, name: str, value: object, example: str) -> frozenset[str]
     return frozenset(items)
 
 
+def _ranks(value: object) -> frozenset[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(
+            f"ServingLimits(allowed_ranks=...) takes a collection of ranks such as (8, 16), "
+            f"got {value!r}"
+        )
+    listed = list(value)
+    if not listed or not all(
+            isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in listed):
+        raise ValueError(
+            "ServingLimits(allowed_ranks=...) takes a non-empty collection of positive ints "
+            f"such as (8, 16), got {listed!r}"
+        )
+    return frozenset(listed)
+
+
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def _dtypes(value: object) -> frozenset[str] | None:
+    dtypes = _names("ServingLimits", "dtypes", value, "('bfloat16', 'float16')")
+    if dtypes is None:
+        return None
+    normal = set()
+    for d in dtypes:
+        try:
+            normal.add(DTYPE_NAMES[safetensors_code(_DTYPE_ALIASES.get(d, d))])
+        except ValueError:
+            raise ValueError(
+                f"ServingLimits(dtypes=...) got unknown dtype {d!r}; use names such as "
+                "'bfloat16', 'float16', 'float32'"
+            ) from None
+    return frozenset(normal)
+
+
+def _known(owner: str, name: str, value: object, known: Iterable[str],
+           what: str) -> frozenset[str]:
+    """An optional set of names, each one of ``known`` (``allow``, ``engine_rules``)."""
+    if not value:
+        return frozenset()
+    example = f"({next(iter(known))!r},)"
+    names = _names(owner, name, value, example) or frozenset()
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise ValueError(
+            f"{owner}({name}=...) got unknown {what}(s) {unknown}; known {what}s: "
+            f"{', '.join(known)}"
+        )
+    return names
+
+
 @dataclass(frozen=True)
 class ServingLimits:
     """What a server serves: max rank, ranks, slots, modules, dtypes, base model, features.
@@ -109,29 +164,29 @@ class ServingLimits:
 
     max_rank: int | None = None
     """Largest rank the server's pool holds (vLLM ``max_lora_rank``)."""
-    allowed_ranks: frozenset[int] | None = None
+    allowed_ranks: Collection[int] | None = None
     """Ranks the server serves, when it serves only some."""
     max_loras: int | None = None
     """Adapter slots (vLLM ``max_loras``, sglang ``max_loras_per_batch``)."""
-    target_modules: frozenset[str] | None = None
+    target_modules: Collection[str] | None = None
     """Module types (or module path suffixes) the server applies LoRA to."""
-    dtypes: frozenset[str] | None = None
+    dtypes: Collection[str] | None = None
     """Allowed dtypes, as torch-style names."""
     base_config: str | os.PathLike[str] | Mapping[str, Any] | None = None
     """The base model's config.json (path, folder or dict), as given."""
-    allow: frozenset[str] = frozenset()
+    allow: Collection[str] = frozenset()
     """Features the server implements (names as above)."""
     engine: str | None = None
     """The engine release these limits are of (``"vllm==0.34.0"``), set by `for_engine`."""
     engine_options: Mapping[str, Any] = field(default_factory=dict)
     """The engine's LoRA flags as it resolves them (its defaults filled in), by `for_engine`."""
-    served_heads: frozenset[str] | None = None
+    served_heads: Collection[str] | None = None
     """``modules_to_save`` heads the server serves although it refuses others (vLLM
     ``classifier``, ``score``)."""
     max_loaded: int | None = None
     """Adapters the engine holds loaded at once and refuses to load past (sglang
     ``--max-loaded-loras``): more adapters than that in the set is LG110."""
-    engine_rules: frozenset[str] = frozenset()
+    engine_rules: Collection[str] = frozenset()
     """The engine's own rules, by name: ``packed-slices`` (a packed module and its parts
     match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112),
     ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's),
@@ -150,68 +205,30 @@ class ServingLimits:
         owner = "ServingLimits"
         _positive_int(owner, "max_rank", self.max_rank)
         _positive_int(owner, "max_loras", self.max_loras)
-        if self.allowed_ranks is not None:
-            ranks = self.allowed_ranks
-            if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Iterable):
-                raise ValueError(
-                    f"ServingLimits(allowed_ranks=...) takes a collection of ranks such as "
-                    f"(8, 16), got {ranks!r}"
-                )
-            listed = list(ranks)
-            if not listed or not all(
-                isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in listed
-            ):
-                raise ValueError(
-                    "ServingLimits(allowed_ranks=...) takes a non-empty collection of positive "
-                    f"ints such as (8, 16), got {listed!r}"
-                )
-            object.__setattr__(self, "allowed_ranks", frozenset(listed))
-        object.__setattr__(self, "target_modules", _names(
-            owner, "target_modules", self.target_modules, "('q_proj', 'v_proj')"))
-        dtypes = _names(owner, "dtypes", self.dtypes, "('bfloat16', 'float16')")
-        if dtypes is not None:
-            normal = set()
-            for d in dtypes:
-                alias = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(d, d)
-                try:
-                    normal.add(DTYPE_NAMES[safetensors_code(alias)])
-                except ValueError:
-                    raise ValueError(
-                        f"ServingLimits(dtypes=...) got unknown dtype {d!r}; use names such as "
-                        "'bfloat16', 'float16', 'float32'"
-                    ) from None
-            object.__setattr__(self, "dtypes", frozenset(normal))
-        allow = _names(owner, "allow", self.allow, "('dora',)") if self.allow else frozenset()
-        unknown = sorted(set(allow or ()) - set(FEATURES))
-        if unknown:
-            raise ValueError(
-                f"ServingLimits(allow=...) got unknown feature(s) {unknown}; known features: "
-                f"{', '.join(FEATURES)}"
-            )
-        object.__setattr__(self, "allow", frozenset(allow or ()))
         _positive_int(owner, "max_loaded", self.max_loaded)
-        object.__setattr__(self, "served_heads", _names(
-            owner, "served_heads", self.served_heads, "('score',)"))
-        rules = _names(owner, "engine_rules", self.engine_rules, "('packed-slices',)") \
-            if self.engine_rules else frozenset()
-        unknown_rules = sorted(set(rules or ()) - set(ENGINE_RULES))
-        if unknown_rules:
-            raise ValueError(
-                f"ServingLimits(engine_rules=...) got unknown rule(s) {unknown_rules}; known "
-                f"rules: {', '.join(ENGINE_RULES)}")
-        object.__setattr__(self, "engine_rules", frozenset(rules or ()))
+        self._set("allowed_ranks", _ranks(self.allowed_ranks))
+        self._set("target_modules", _names(
+            owner, "target_modules", self.target_modules, "('q_proj', 'v_proj')"))
+        self._set("dtypes", _dtypes(self.dtypes))
+        self._set("allow", _known(owner, "allow", self.allow, FEATURES, "feature"))
+        self._set("served_heads", _names(owner, "served_heads", self.served_heads,
+                                         "('score',)"))
+        self._set("engine_rules", _known(owner, "engine_rules", self.engine_rules,
+                                         ENGINE_RULES, "rule"))
         if not isinstance(self.engine_options, Mapping):
             raise ValueError("ServingLimits(engine_options=...) takes a mapping of option "
                              f"names to values, got {type(self.engine_options).__name__}")
-        object.__setattr__(self, "engine_options",
-                           types.MappingProxyType(dict(self.engine_options)))
+        self._set("engine_options", types.MappingProxyType(dict(self.engine_options)))
         if self.base_config is not None:
             if not isinstance(self.base_config, (str, os.PathLike, Mapping)):
                 raise ValueError(
                     "ServingLimits(base_config=...) takes a config.json path or a dict, got "
                     f"{type(self.base_config).__name__}"
                 )
-            object.__setattr__(self, "base", load_base_config(self.base_config))
+            self._set("base", load_base_config(self.base_config))
+
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
 
     @classmethod
     def for_engine(cls, name: str, *argv: str, version: str | None = None,
@@ -250,7 +267,7 @@ class ServingLimits:
 
     def to_dict(self) -> dict[str, Any]:
         """The limits as JSON-ready values (sets as sorted lists)."""
-        def listed(v: frozenset[Any] | None) -> list[Any] | None:
+        def listed(v: Collection[Any] | None) -> list[Any] | None:
             return None if v is None else sorted(v)
 
         base = self.base_config
@@ -332,31 +349,23 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``schema_version`` 1): see the checking guide for every field."""
+        return self._dict(list(self._entries()))
+
+    def to_json(self) -> str:
+        """`to_dict` as JSON text, exactly ``json.dumps(report.to_dict(), indent=2)``, built
+        one adapter at a time so that 100,000 adapters never exist as one nested dict."""
+        text = json.dumps(self._dict(_ADAPTERS_HOLE), indent=2)
+        entries = [json.dumps(e, indent=2).replace("\n", "\n    ") for e in self._entries()]
+        listed = "[\n    " + ",\n    ".join(entries) + "\n  ]" if entries else "[]"
+        return text.replace(json.dumps(_ADAPTERS_HOLE), listed, 1)
+
+    def _entries(self) -> Iterator[dict[str, Any]]:
         specs = {str(s.path): s for s in self.adapters}
-        adapters = []
         for adapter_id in self.ids:
-            spec = specs.get(_spec_key(adapter_id))
-            found = self.by_adapter.get(adapter_id, ())
-            entry: dict[str, Any] = {
-                "id": adapter_id,
-                "ok": not found,
-                "readable": spec is not None,
-                "rank": None, "dtypes": [], "layout": None, "targets": [], "size": None,
-                "features": [], "modules": 0, "tensors": 0,
-                "base_model": None,
-            }
-            if spec is not None:
-                entry.update(
-                    rank=spec.rank, dtypes=list(spec.dtypes), layout=spec.layout,
-                    targets=list(spec.target_modules), size=spec.size,
-                    features=sorted(spec.features), modules=len(spec.modules),
-                    tensors=len(spec.tensors),
-                    base_model=spec.config.get("base_model_name_or_path"),
-                )
-                if spec.url is not None:  # a remote adapter: what its check cost
-                    entry["url"], entry["transferred"] = spec.url, spec.transferred
-            entry["violations"] = [v.to_dict() for v in found]
-            adapters.append(entry)
+            yield _entry(adapter_id, specs.get(_spec_key(adapter_id)),
+                         self.by_adapter.get(adapter_id, ()))
+
+    def _dict(self, adapters: Any) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for v in self.violations:
             counts[v.code] = counts.get(v.code, 0) + 1
@@ -366,13 +375,41 @@ class Report:
             "limits": self.limits.to_dict() if self.limits else ServingLimits().to_dict(),
             "summary": {
                 "adapters": len(self.ids),
-                "failed": sum(1 for a in adapters if not a["ok"]),
+                "failed": sum(1 for i in self.ids if self.by_adapter.get(i)),
                 "violations": len(self.violations),
                 "by_code": dict(sorted(counts.items())),
             },
             "adapters": adapters,
             "set_violations": [v.to_dict() for v in self.by_adapter.get(_SET, ())],
         }
+
+
+_ADAPTERS_HOLE = "\x00adapters\x00"  # where `Report.to_json` puts the adapters' text
+
+
+def _entry(adapter_id: str, spec: AdapterSpec | None,
+           found: tuple[Violation, ...]) -> dict[str, Any]:
+    """One adapter of `Report.to_dict`."""
+    entry: dict[str, Any] = {
+        "id": adapter_id,
+        "ok": not found,
+        "readable": spec is not None,
+        "rank": None, "dtypes": [], "layout": None, "targets": [], "size": None,
+        "features": [], "modules": 0, "tensors": 0,
+        "base_model": None,
+    }
+    if spec is not None:
+        entry.update(
+            rank=spec.rank, dtypes=list(spec.dtypes), layout=spec.layout,
+            targets=list(spec.target_modules), size=spec.size,
+            features=sorted(spec.features), modules=len(spec.modules),
+            tensors=len(spec.tensors),
+            base_model=spec.config.get("base_model_name_or_path"),
+        )
+        if spec.url is not None:  # a remote adapter: what its check cost
+            entry["url"], entry["transferred"] = spec.url, spec.transferred
+    entry["violations"] = [v.to_dict() for v in found]
+    return entry
 
 
 def _spec_key(adapter_id: str) -> str:
@@ -396,75 +433,114 @@ MAX_SEARCH_ENTRIES = 200_000
 """Most folder entries a search looks at, in all; past it the search stops and says so."""
 
 
-def _discover(item: PathOrSpec) -> list[tuple[str, AdapterSpec | pathlib.Path | Malformed]]:
+_Target = Union[AdapterSpec, pathlib.Path, str, Malformed, "Future[Any]"]
+"""What one discovered adapter is read from: a spec given, a folder, a problem already
+known, or a remote read under way."""
+_Found = tuple[str, _Target, str]
+"""(adapter id, what to read, its real path: two ids of one real folder are checked once)."""
+
+
+def _discover(item: PathOrSpec) -> list[_Found]:
+    """The adapters a path names: itself, its parent (a file of an adapter), or the adapter
+    folders found below it; a problem is itself an entry (`Malformed`)."""
     if isinstance(item, AdapterSpec):
-        return [(str(item.path), item)]
+        return [(str(item.path), item, os.path.realpath(item.path))]
     path = pathlib.Path(item)
     shown = os.fspath(item)
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        if os.path.islink(path):
-            return [(shown, Malformed(shown, "a symlink that leads nowhere", kind="not-found"))]
-        return [(shown, Malformed(shown, "no such file or folder", kind="not-found"))]
-    except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return [(shown, Malformed(shown, f"cannot be read ({reason})", kind="not-found"))]
+    info = _stat(path, shown)
+    if isinstance(info, Malformed):
+        return [(shown, info, shown)]
     if stat.S_ISREG(info.st_mode) and path.name in (
             "adapter_config.json", "adapter_model.safetensors"):
-        return [(str(path.parent), path.parent)]
+        return [(str(path.parent), path.parent, os.path.realpath(path.parent))]
     if not stat.S_ISDIR(info.st_mode):
-        return [(shown, Malformed(shown, "not an adapter folder", kind="not-found"))]
+        return [(shown, Malformed(shown, "not an adapter folder", kind="not-found"), shown)]
     if is_adapter_dir(path):
-        return [(shown, path)]
-    found: list[tuple[str, AdapterSpec | pathlib.Path | Malformed]] = []
-    stack: list[tuple[pathlib.Path, int]] = [(path, 0)]  # iterative: no recursion limit
+        return [(shown, path, os.path.realpath(path))]
+    found = _search(str(path), os.path.realpath(path), shown)
+    if not found:
+        return [(shown, Malformed(
+            shown, "no adapter found (no folder holding adapter_config.json or "
+            "adapter_model.safetensors)", kind="not-found"), shown)]
+    return found
+
+
+def _stat(path: pathlib.Path, shown: str) -> os.stat_result | Malformed:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return Malformed(shown, "a symlink that leads nowhere", kind="not-found")
+        return Malformed(shown, "no such file or folder", kind="not-found")
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return Malformed(shown, f"cannot be read ({reason})", kind="not-found")
+
+
+def _search(root: str, real_root: str, shown: str) -> list[_Found]:
+    """The adapter folders below ``root``, depth first in name order, without following a
+    symlink; each one's real path is its parent's and its name (no ``realpath`` per
+    adapter: the search never leaves a real folder)."""
+    found: list[_Found] = []
+    stack: list[tuple[str, str, int]] = [(root, real_root, 0)]  # iterative: no recursion limit
     seen = 0
     while stack:
-        here, depth = stack.pop()
-        try:
-            with os.scandir(here) as entries:
-                children = sorted((e for e in entries), key=lambda e: e.name)
-        except OSError as exc:
-            found.append((str(here), Malformed(
-                str(here), f"folder cannot be read ({exc.strerror or type(exc).__name__}); "
-                "adapters in it were not checked", kind="not-found")))
-            continue
+        here, real, depth = stack.pop()
+        children = _children(here, found)
         seen += len(children)
         if seen > MAX_SEARCH_ENTRIES:
             found.append((shown, Malformed(
                 shown, f"search stopped after {MAX_SEARCH_ENTRIES:,} folder entries; name the "
-                "adapter folders instead", kind="not-found")))
+                "adapter folders instead", kind="not-found"), shown))
             break
-        below: list[tuple[pathlib.Path, int]] = []
-        for entry in children:
-            child = here / entry.name
-            try:
-                if entry.is_symlink():
-                    if is_adapter_dir(child):  # said, not read: it may lead anywhere
-                        found.append((str(child), Malformed(
-                            str(child), f"a symlinked folder (to {os.readlink(child)}) is not "
-                            "followed when a folder is searched; pass it explicitly to check "
-                            "it", kind="link")))
-                    continue
-                if not entry.is_dir(follow_symlinks=False):
-                    continue
-            except OSError:
-                continue
-            if is_adapter_dir(child):
-                found.append((str(child), child))
-            elif depth + 1 >= MAX_SEARCH_DEPTH:
-                found.append((str(child), Malformed(
-                    str(child), f"folders nest deeper than {MAX_SEARCH_DEPTH} levels below "
-                    f"{shown}; the search does not go further", kind="not-found")))
-            else:
-                below.append((child, depth + 1))
+        below = [(_child(here, entry), os.path.join(real, entry.name), depth + 1)
+                 for entry in children if _visit(entry, here, real, depth, shown, found)]
         stack.extend(reversed(below))
-    if not found:
-        return [(shown, Malformed(
-            shown, "no adapter found (no folder holding adapter_config.json or "
-            "adapter_model.safetensors)", kind="not-found"))]
     return found
+
+
+def _children(here: str, found: list[_Found]) -> list[os.DirEntry[str]]:
+    """The entries of a folder in name order; a folder that cannot be read is reported."""
+    try:
+        with os.scandir(here) as entries:
+            return sorted(entries, key=lambda e: e.name)
+    except OSError as exc:
+        found.append((here, Malformed(
+            here, f"folder cannot be read ({exc.strerror or type(exc).__name__}); "
+            "adapters in it were not checked", kind="not-found"), here))
+        return []
+
+
+def _child(here: str, entry: os.DirEntry[str]) -> str:
+    """The entry's path as ``str(pathlib.Path(here) / name)`` spells it."""
+    return entry.name if here == "." else entry.path
+
+
+def _visit(entry: os.DirEntry[str], here: str, real: str, depth: int, shown: str,
+           found: list[_Found]) -> bool:
+    """Record ``entry`` if it is an adapter folder (or a problem); True to search below it."""
+    child = _child(here, entry)
+    try:
+        if entry.is_symlink():
+            if is_adapter_dir(child):  # said, not read: it may lead anywhere
+                found.append((child, Malformed(
+                    child, f"a symlinked folder (to {os.readlink(child)}) is not followed "
+                    "when a folder is searched; pass it explicitly to check it",
+                    kind="link"), child))
+            return False
+        if not entry.is_dir(follow_symlinks=False):
+            return False
+    except OSError:
+        return False
+    if is_adapter_dir(child):
+        found.append((child, child, os.path.join(real, entry.name)))
+        return False
+    if depth + 1 >= MAX_SEARCH_DEPTH:
+        found.append((child, Malformed(
+            child, f"folders nest deeper than {MAX_SEARCH_DEPTH} levels below "
+            f"{shown}; the search does not go further", kind="not-found"), child))
+        return False
+    return True
 
 
 # --- checks on one adapter -----------------------------------------------------------------
@@ -515,10 +591,19 @@ class _Grouped:
         entry[1] += 1
 
 
-def _config_rank(spec: AdapterSpec, module: LoRAModuleSpec) -> int:
-    value = pattern_value(spec.config.get("rank_pattern") or {},
-                          parameter_key(module.module, module.target, module.kind))
-    return int(value) if value is not None else int(spec.config["r"])
+class _ConfigRank:
+    """The rank the config gives a module: ``rank_pattern``'s first match, else ``r``."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.pattern = config.get("rank_pattern") or {}
+        self.r = int(config["r"])
+
+    def __call__(self, module: LoRAModuleSpec) -> int:
+        if not self.pattern:
+            return self.r
+        value = pattern_value(self.pattern,
+                              parameter_key(module.module, module.target, module.kind))
+        return int(value) if value is not None else self.r
 
 
 def _conv_groups(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -533,8 +618,9 @@ def _conv_groups(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return groups if a[1] % groups == 0 and b[0] % groups == 0 else 0
 
 
-def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
+def _check_ranks(subject: str, module: LoRAModuleSpec, expected: int,
                  found: list[Violation], grouped: _Grouped) -> None:
+    """LG102: A's rank against B's, and against the config's."""
     a, b = module.a_shape, module.b_shape
     if a is None or b is None:
         return
@@ -554,7 +640,6 @@ def _check_ranks(subject: str, spec: AdapterSpec, module: LoRAModuleSpec,
             "LG102", "a-b", subject, module=module.module, rank_a=rank_a, rank_b=rank_b,
             shape_a=a, shape_b=b))
         return
-    expected = _config_rank(spec, module)
     rank = module.rank if module.rank is not None else rank_a
     if module.kind == "moe-flat" and module.experts is None:
         rank = rank_a  # rows not a multiple of r: report the rows
@@ -590,7 +675,7 @@ _FUSED = {"gate_up_proj": ("gate_proj", "up_proj"), "qkv_proj": ("q_proj", "k_pr
 
 
 def _foreign(module: LoRAModuleSpec, base: BaseModelDims,
-             rules: frozenset[str] = frozenset()) -> bool:
+             rules: Collection[str] = frozenset()) -> bool:
     """A module whose name the base model's architecture does not have (GPT-2's ``c_attn`` on
     a Llama base), when the architecture is known. Per-expert paths are not compared: their
     names changed between transformers releases (``block_sparse_moe.experts.0.w1``). A packed
@@ -610,7 +695,7 @@ def _foreign(module: LoRAModuleSpec, base: BaseModelDims,
 
 
 def _check_base(subject: str, module: LoRAModuleSpec, base: BaseModelDims,
-                grouped: _Grouped, rules: frozenset[str] = frozenset()) -> None:
+                grouped: _Grouped, rules: Collection[str] = frozenset()) -> None:
     key = module.a_key or module.b_key or module.module
     tower = _tower(module.module)
     if tower is not None:
@@ -716,20 +801,20 @@ sglang ``get_normalized_target_modules``)."""
 _PART_OF = {part: packed for packed, parts in PACKED.items() for part in parts}
 
 
-def _served(module: LoRAModuleSpec, served: frozenset[str], slices: bool = False) -> bool:
+def _served(module: LoRAModuleSpec, served: Collection[str], slices: bool = False) -> bool:
     if module.target in served or any(
         module.module == s or module.module.endswith("." + s) for s in served
     ):
         return True
     # A packed target whose parts are all served, and a part whose packed module is served
     # (an engine that packs q/k/v applies LoRA to qkv_proj whichever names the adapter uses).
-    if module.target in PACKED and PACKED[module.target] <= served:
+    if module.target in PACKED and PACKED[module.target].issubset(served):
         return True
     if _PART_OF.get(module.target) in served:
         return True
     if slices:  # the engine wraps the whole packed module when any part is targeted
         packed = module.target if module.target in PACKED else _PART_OF.get(module.target)
-        if packed is not None and PACKED[packed] & served:
+        if packed is not None and not PACKED[packed].isdisjoint(served):
             return True
     return module.kind in ("moe-flat", "moe-packed") and "experts" in served
 
@@ -749,65 +834,76 @@ def _engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
                   found: list[Violation]) -> None:
     """The engine's own rules of one adapter (LG111, LG112, LG202)."""
     engine = limits.engine or "the server"
+    rules = limits.engine_rules
     modules = [m for m in spec.modules.values() if m.rank]
     targets = spec.config.get("target_modules")
-    if "target-modules-list" in limits.engine_rules and isinstance(targets, str) and (
+    if "target-modules-list" in rules and isinstance(targets, str) and (
             targets not in ("all", "all-linear")):
         found.append(make_violation("LG202", "target-string", subject, value=targets,
                                     engine=engine))
-    if "packed-ranks-uniform" in limits.engine_rules:
-        groups: dict[tuple[str, str], dict[str, int]] = {}
-        for m in modules:
-            parent = _packed_parent(m)
-            if parent is not None:
-                groups.setdefault(parent, {})[m.target] = int(m.rank or 0)
-        bad = [(k, v) for k, v in groups.items() if len(set(v.values())) > 1]
-        for (layer, packed), parts in bad[:_MAX_PER_KIND]:
-            found.append(make_violation(
-                "LG111", "packed", subject, packed=packed, layer=layer or "the model",
-                parts=", ".join(sorted(parts)),
-                ranks=", ".join(f"{k}={v}" for k, v in sorted(parts.items())), engine=engine))
-    if "one-scaling" in limits.engine_rules:
-        config = spec.config
-        try:
-            r, alpha = int(config["r"]), float(config.get("lora_alpha", 8))
-        except (KeyError, TypeError, ValueError):
-            return
-        if r <= 0:
-            return
-        rslora = bool(config.get("use_rslora"))
-        served = alpha / r
-        ranks = config.get("rank_pattern") or {}
-        alphas = config.get("alpha_pattern") or {}
-        wrong: list[tuple[str, float, str]] = []
-        for m in modules:
-            name = m.module
-            rank = pattern_value(ranks, name) if ranks else None
-            own_alpha = pattern_value(alphas, name) if alphas else None
-            rank = int(rank) if isinstance(rank, (int, float)) and rank > 0 else r
-            a = float(own_alpha) if isinstance(own_alpha, (int, float)) else alpha
-            expected = _scaling(a, rank, rslora)
-            if abs(expected - served) > 1e-6 * max(abs(served), 1.0):
-                why = ", ".join(x for x in (
-                    f"rank {rank}" if rank != r else "", f"alpha {a:g}" if a != alpha else "",
-                    "rsLoRA" if rslora else "") if x)
-                wrong.append((name, expected, why))
-        if wrong:
-            name, expected, why = wrong[0]
-            found.append(make_violation(
-                "LG112", "scaling", subject, module=_more(name, len(wrong)),
-                expected=f"{expected:.4g}", why=why, engine=engine, served=f"{served:.4g}"))
+    if "packed-ranks-uniform" in rules:
+        found.extend(_packed_ranks(subject, modules, engine))
+    if "one-scaling" in rules:
+        found.extend(_one_scaling(subject, spec.config, modules, engine))
 
 
-def _block_diagonal(spec: AdapterSpec, module: LoRAModuleSpec) -> LoRAModuleSpec:
-    """The dense factors a BD-LoRA module (PEFT's ``use_bdlora``) stands for.
+def _packed_ranks(subject: str, modules: list[LoRAModuleSpec], engine: str) -> list[Violation]:
+    """LG111: the parts of one packed module at different ranks."""
+    groups: dict[tuple[str, str], dict[str, int]] = {}
+    for m in modules:
+        parent = _packed_parent(m)
+        if parent is not None:
+            groups.setdefault(parent, {})[m.target] = int(m.rank or 0)
+    bad = [(k, v) for k, v in groups.items() if len(set(v.values())) > 1]
+    return [make_violation(
+        "LG111", "packed", subject, packed=packed, layer=layer or "the model",
+        parts=", ".join(sorted(parts)),
+        ranks=", ".join(f"{k}={v}" for k, v in sorted(parts.items())), engine=engine)
+        for (layer, packed), parts in bad[:_MAX_PER_KIND]]
+
+
+def _one_scaling(subject: str, config: Mapping[str, Any], modules: list[LoRAModuleSpec],
+                 engine: str) -> list[Violation]:
+    """LG112: a module whose own rank or alpha gives another scaling than the one the
+    engine applies to every module (``lora_alpha / r``)."""
+    try:
+        r, alpha = int(config["r"]), float(config.get("lora_alpha", 8))
+    except (KeyError, TypeError, ValueError):
+        return []
+    if r <= 0:
+        return []
+    rslora = bool(config.get("use_rslora"))
+    served = alpha / r
+    ranks = config.get("rank_pattern") or {}
+    alphas = config.get("alpha_pattern") or {}
+    wrong: list[tuple[str, float, str]] = []
+    for m in modules:
+        rank = pattern_value(ranks, m.module) if ranks else None
+        own_alpha = pattern_value(alphas, m.module) if alphas else None
+        rank = int(rank) if isinstance(rank, (int, float)) and rank > 0 else r
+        a = float(own_alpha) if isinstance(own_alpha, (int, float)) else alpha
+        expected = _scaling(a, rank, rslora)
+        if abs(expected - served) > 1e-6 * max(abs(served), 1.0):
+            why = ", ".join(x for x in (
+                f"rank {rank}" if rank != r else "", f"alpha {a:g}" if a != alpha else "",
+                "rsLoRA" if rslora else "") if x)
+            wrong.append((m.module, expected, why))
+    if not wrong:
+        return []
+    name, expected, why = wrong[0]
+    return [make_violation(
+        "LG112", "scaling", subject, module=_more(name, len(wrong)),
+        expected=f"{expected:.4g}", why=why, engine=engine, served=f"{served:.4g}")]
+
+
+def _block_diagonal(bd: object, module: LoRAModuleSpec) -> LoRAModuleSpec:
+    """The dense factors a BD-LoRA module (PEFT's ``use_bdlora``, given as ``bd``) stands for.
 
     A block-diagonal factor is saved as its ``nblocks`` blocks side by side: A ``(r, in / n)``
     for the modules of ``target_modules_bd_a``, B ``(out, r / n)`` for ``target_modules_bd_b``
     (matched as PEFT matches them: the pattern is a substring of the module name). The checks
     compare the dense shapes with the config and the base model.
     """
-    bd = spec.config.get("use_bdlora")
     if not isinstance(bd, dict):
         return module
     n = bd.get("nblocks", 1)
@@ -829,13 +925,46 @@ def _block_diagonal(spec: AdapterSpec, module: LoRAModuleSpec) -> LoRAModuleSpec
     return replace(module, a_shape=a, b_shape=b)
 
 
+_ORDER = {c: i for i, c in enumerate(
+    ("LG115", "LG116", "LG105", "LG118", "LG104", "LG103", "LG107", "LG102", "LG101",
+     "LG111", "LG112", "LG106", "LG109", "LG121", "LG002"))}
+"""The order of one adapter's violations in a report."""
+
+
 def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                 vocab_size: int | None = None,
                 module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
                 ) -> list[Violation]:
     found: list[Violation] = []
     grouped = _Grouped()
-    total_bytes = sum(t.nbytes for t in spec.tensors.values())
+    empty = _file_checks(subject, spec, limits, found, vocab_size, module_dims)
+    ranks = _module_checks(subject, spec, limits, found, grouped, empty, vocab_size,
+                           module_dims)
+    if limits.base is not None:
+        _check_saved_embeddings(spec, limits.base, grouped)
+    _rank_checks(subject, spec, limits, ranks, found)
+    _dtype_checks(subject, spec, limits, found)
+    if limits.engine_rules:
+        _engine_rules(subject, spec, limits, found)
+    if "init-rerun" in limits.engine_rules and str(
+            spec.config.get("init_lora_weights")).lower() in _RERUN_INITS:
+        found = [v for v in found if v.code != "LG116"]  # PEFT redoes the init when it loads
+    for (code, variant, *_), (name, count, details) in grouped.items.items():
+        target = "module" if code in ("LG102", "LG103", "LG104") else "key"
+        found.append(make_violation(code, variant, subject, **{
+            **details, target: _more(name, count)}))
+    if spec.moe_layout is not None:  # LG002: one adapter whose own MoE weights mix layouts
+        found.extend(check_moe_layouts(subject, spec.tensors)[1])
+    if len(found) > 1:
+        found.sort(key=lambda v: _ORDER.get(v.code, 99))
+    return found
+
+
+def _file_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
+                 found: list[Violation], vocab_size: int | None,
+                 module_dims: Mapping[str, Any] | None) -> frozenset[str]:
+    """What the adapter as a whole holds: LG115, LG116, LG105, LG118, LG121, LG104, LG107.
+    Returns the keys of the zero-size tensors."""
     # LG115: no tensors at all (the adapter would serve the base model)
     if not spec.tensors and spec.weights_file is not None:
         found.append(make_violation("LG115", "empty", subject, file=spec.weights_file))
@@ -844,38 +973,17 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     if method is not None:
         found.append(make_violation("LG116", "init", subject, method=method,
                                     value=spec.config.get("init_lora_weights")))
-    # LG105: features the server does not serve
-    for name, value in spec.features.items():
-        if name == "modules_to_save" and limits.served_heads is not None and _heads_served(
-                spec, limits.served_heads) and not _generative_base(limits):
-            continue
-        if name not in limits.allow:
-            details = {"feature": _FEATURE_TEXT.get(name, name),
-                       "value": f"{FEATURES.get(name, name)}={value!r}", "allow_name": name}
-            saved = [k for k, what in spec.extra_keys.items() if what == name]
-            if name == "modules_to_save" and saved:
-                nbytes = sum(spec.tensors[k].nbytes for k in saved)
-                found.append(make_violation(
-                    "LG105", "saved", subject, **details, nbytes=f"{nbytes:,}", bytes=nbytes,
-                    share=_share(nbytes, total_bytes), saved=_more(
-                        f"{saved[0].removeprefix('base_model.model.')} "
-                        f"{spec.tensors[saved[0]].shape}", len(saved))))
-            else:
-                found.append(make_violation("LG105", "feature", subject, **details))
+    if spec.features:
+        _feature_checks(subject, spec, limits, found)
     # LG118: full base-model weights shipped inside the adapter, which a server drops for
     # its own copy: right when the vocab is the base model's (compared with it when known,
     # LG109 otherwise), unknown without it
     vocab = limits.base.vocab_size if limits.base is not None else vocab_size
-    for key, what in spec.extra_keys.items():
-        if what == "embedding-base" and vocab is None and module_dims is None:
-            info = spec.tensors[key]
-            leaf = key.removesuffix(".weight").removesuffix(".base_layer").rsplit(".", 1)[-1]
-            found.append(make_violation(
-                "LG118", "embedding", subject, key=key, shape=info.shape,
-                nbytes=f"{info.nbytes:,}", bytes=info.nbytes,
-                share=_share(info.nbytes, total_bytes), module=leaf))
+    if spec.extra_keys and vocab is None and module_dims is None:
+        _embedding_checks(subject, spec, found)
     # LG121: a scaling of zero (lora_alpha 0): the adapter computes nothing
-    found.extend(_zero_scaling(subject, spec))
+    if spec.config.get("lora_alpha") == 0 or spec.config.get("alpha_pattern"):
+        found.extend(_zero_scaling(subject, spec))
     # LG104: keys outside the grammar
     for key in spec.unknown_keys[:_MAX_PER_KIND]:
         found.append(make_violation("LG104", "grammar", subject, key=key))
@@ -884,44 +992,107 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
         found.append(make_violation("LG104", "grammar", subject,
                                     key=f"... and {rest} more keys"))
     # LG107: zero-size tensors
-    empty = [k for k, t in spec.tensors.items() if 0 in t.shape]
+    empty = [key for key, info in spec.tensors.items() if 0 in info.shape]
     for key in empty:
         found.append(make_violation("LG107", "empty", subject, key=key,
                                     shape=spec.tensors[key].shape))
-    empty_set = set(empty)
-    ranks: dict[int, str] = {}
-    for module in spec.modules.values():
-        module = _block_diagonal(spec, module)
-        # LG103: orphan halves
-        if module.a_key is None or module.b_key is None:
-            embedding = module.kind == "embedding"
-            a_name = "lora_embedding_A" if embedding else "lora_A"
-            b_name = "lora_embedding_B" if embedding else "lora_B"
-            present, missing = (a_name, b_name) if module.b_key is None else (b_name, a_name)
-            grouped.add(("LG103", "orphan", present), module.module,
-                        {"present": present, "missing": missing})
-        if module.a_key in empty_set or module.b_key in empty_set:
+    return frozenset(empty)
+
+
+def _total_bytes(spec: AdapterSpec) -> int:
+    return sum(t.nbytes for t in spec.tensors.values())
+
+
+def _feature_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
+                    found: list[Violation]) -> None:
+    """LG105: features in use that the server does not serve."""
+    for name, value in spec.features.items():
+        if name == "modules_to_save" and limits.served_heads is not None and _heads_served(
+                spec, limits.served_heads) and not _generative_base(limits):
             continue
-        # LG104: modules the server does not serve
-        if limits.target_modules is not None and not _served(
-                module, limits.target_modules, "packed-slices" in limits.engine_rules):
+        if name in limits.allow:
+            continue
+        details = {"feature": _FEATURE_TEXT.get(name, name),
+                   "value": f"{FEATURES.get(name, name)}={value!r}", "allow_name": name}
+        saved = [k for k, what in spec.extra_keys.items() if what == name]
+        if name == "modules_to_save" and saved:
+            nbytes = sum(spec.tensors[k].nbytes for k in saved)
+            found.append(make_violation(
+                "LG105", "saved", subject, **details, nbytes=f"{nbytes:,}", bytes=nbytes,
+                share=_share(nbytes, _total_bytes(spec)), saved=_more(
+                    f"{saved[0].removeprefix('base_model.model.')} "
+                    f"{spec.tensors[saved[0]].shape}", len(saved))))
+        else:
+            found.append(make_violation("LG105", "feature", subject, **details))
+
+
+def _embedding_checks(subject: str, spec: AdapterSpec, found: list[Violation]) -> None:
+    """LG118: base embedding weights shipped in the adapter, with no vocab to compare."""
+    for key, what in spec.extra_keys.items():
+        if what == "embedding-base":
+            info = spec.tensors[key]
+            leaf = key.removesuffix(".weight").removesuffix(".base_layer").rsplit(".", 1)[-1]
+            found.append(make_violation(
+                "LG118", "embedding", subject, key=key, shape=info.shape,
+                nbytes=f"{info.nbytes:,}", bytes=info.nbytes,
+                share=_share(info.nbytes, _total_bytes(spec)), module=leaf))
+
+
+def _module_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
+                   found: list[Violation], grouped: _Grouped, empty: frozenset[str],
+                   vocab_size: int | None,
+                   module_dims: Mapping[str, tuple[Expected, Expected]] | None,
+                   ) -> dict[int, str]:
+    """Each module: LG103, LG104 (served modules), LG102, LG109. Returns rank -> first module."""
+    ranks: dict[int, str] = {}
+    bd = spec.config.get("use_bdlora")
+    served = limits.target_modules
+    slices = "packed-slices" in limits.engine_rules
+    config_rank = _ConfigRank(spec.config)
+    for module in spec.modules.values():
+        if bd is not None:
+            module = _block_diagonal(bd, module)
+        if module.a_key is None or module.b_key is None:
+            _orphan(module, grouped)  # LG103
+        if empty and (module.a_key in empty or module.b_key in empty):
+            continue
+        if served is not None and not _served(module, served, slices):  # LG104
             grouped.add(("LG104", "module", module.target), module.module,
-                        {"target": module.target, "served": ", ".join(
-                            sorted(limits.target_modules))})
-        # LG102: A vs B, tensors vs config
-        _check_ranks(subject, spec, module, found, grouped)
+                        {"target": module.target, "served": ", ".join(sorted(served))})
+        _check_ranks(subject, module, config_rank(module), found, grouped)  # LG102
         if module.rank:
             ranks.setdefault(module.rank, module.module)
-        # LG109: fit to the base model (its live modules, its config, or its vocab alone)
-        if module_dims is not None and module.module in module_dims:
-            _check_fit(module, *module_dims[module.module], grouped)
-        elif limits.base is not None:
-            _check_base(subject, module, limits.base, grouped, limits.engine_rules)
-        elif vocab_size is not None:
-            _check_vocab(module, vocab_size, grouped)
-    if limits.base is not None:
-        _check_saved_embeddings(spec, limits.base, grouped)
-    # LG101: ranks above the limit (config values too, as vLLM checks them)
+        _check_dims(subject, module, limits, grouped, vocab_size, module_dims)  # LG109
+    return ranks
+
+
+def _orphan(module: LoRAModuleSpec, grouped: _Grouped) -> None:
+    """LG103: a module with one half only."""
+    embedding = module.kind == "embedding"
+    a_name = "lora_embedding_A" if embedding else "lora_A"
+    b_name = "lora_embedding_B" if embedding else "lora_B"
+    present, missing = (a_name, b_name) if module.b_key is None else (b_name, a_name)
+    grouped.add(("LG103", "orphan", present), module.module,
+                {"present": present, "missing": missing})
+
+
+def _check_dims(subject: str, module: LoRAModuleSpec, limits: ServingLimits,
+                grouped: _Grouped, vocab_size: int | None,
+                module_dims: Mapping[str, tuple[Expected, Expected]] | None) -> None:
+    """LG109: fit to the base model (its live modules, its config, or its vocab alone)."""
+    if module_dims is not None and module.module in module_dims:
+        _check_fit(module, *module_dims[module.module], grouped)
+    elif limits.base is not None:
+        _check_base(subject, module, limits.base, grouped, limits.engine_rules)
+    elif vocab_size is not None:
+        _check_vocab(module, vocab_size, grouped)
+
+
+def _rank_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
+                 ranks: dict[int, str], found: list[Violation]) -> None:
+    """LG101: ranks above the limit (config values too, as vLLM checks them)."""
+    if limits.max_rank is None and limits.allowed_ranks is None:
+        return
     config_ranks = {int(spec.config["r"]): "r in adapter_config.json"}
     for key, value in (spec.config.get("rank_pattern") or {}).items():
         config_ranks.setdefault(int(value), f"rank_pattern[{key!r}]")
@@ -934,35 +1105,23 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
         elif limits.allowed_ranks is not None and rank not in limits.allowed_ranks:
             found.append(make_violation("LG101", "allowed", subject, rank=rank, module=where,
                                         allowed=sorted(limits.allowed_ranks)))
-    # LG106: dtypes
-    lora_keys = [k for m in spec.modules.values() for k in (m.a_key, m.b_key) if k]
+
+
+def _dtype_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
+                  found: list[Violation]) -> None:
+    """LG106: mixed dtypes, and dtypes the server does not take."""
     if len(spec.dtypes) > 1 and "cast" not in limits.engine_rules:
         found.append(make_violation("LG106", "mixed", subject, dtypes=list(spec.dtypes)))
-    if limits.dtypes is not None:
-        for dtype in spec.dtypes:
-            if dtype not in limits.dtypes:
-                first = next(k for k in lora_keys if spec.tensors[k].dtype == dtype)
-                count = sum(1 for k in lora_keys if spec.tensors[k].dtype == dtype)
-                found.append(make_violation(
-                    "LG106", "allowed", subject, dtype=dtype, key=_more(first, count),
-                    allowed=", ".join(sorted(limits.dtypes))))
-    if limits.engine_rules:
-        _engine_rules(subject, spec, limits, found)
-    if "init-rerun" in limits.engine_rules and str(
-            spec.config.get("init_lora_weights")).lower() in _RERUN_INITS:
-        found = [v for v in found if v.code != "LG116"]  # PEFT redoes the init when it loads
-    for (code, variant, *_), (name, count, details) in grouped.items.items():
-        target = "module" if code in ("LG102", "LG103", "LG104") else "key"
-        found.append(make_violation(code, variant, subject, **{
-            **details, target: _more(name, count)}))
-    # LG002: one adapter whose own MoE weights mix layouts
-    _, mixed = check_moe_layouts(subject, spec.tensors)
-    found.extend(mixed)
-    order = {c: i for i, c in enumerate(
-        ("LG115", "LG116", "LG105", "LG118", "LG104", "LG103", "LG107", "LG102", "LG101",
-         "LG111", "LG112", "LG106", "LG109", "LG121", "LG002"))}
-    found.sort(key=lambda v: order.get(v.code, 99))
-    return found
+    if limits.dtypes is None:
+        return
+    lora_keys = [k for m in spec.modules.values() for k in (m.a_key, m.b_key) if k]
+    for dtype in spec.dtypes:
+        if dtype not in limits.dtypes:
+            first = next(k for k in lora_keys if spec.tensors[k].dtype == dtype)
+            count = sum(1 for k in lora_keys if spec.tensors[k].dtype == dtype)
+            found.append(make_violation(
+                "LG106", "allowed", subject, dtype=dtype, key=_more(first, count),
+                allowed=", ".join(sorted(limits.dtypes))))
 
 
 _CODES = ("LG002", "LG101", "LG102", "LG103", "LG104", "LG105", "LG106", "LG107", "LG109",
@@ -1003,12 +1162,7 @@ def spec_violations(
         >>> spec_violations(spec, lg.ServingLimits(max_rank=16), skip=("LG101",))
         []
     """
-    if limits is None:
-        limits = ServingLimits()
-    elif not isinstance(limits, ServingLimits):
-        raise TypeError(
-            f"spec_violations(limits=...) takes an lg.ServingLimits, got {type(limits).__name__}"
-        )
+    limits = _limits_argument("spec_violations", limits)
     skipped = _names("spec_violations", "skip", skip, "('LG106',)") if skip else frozenset()
     unknown = sorted(set(skipped or ()) - set(_CODES))
     if unknown:
@@ -1078,90 +1232,181 @@ def check_adapters(
         >>> lg.check_adapters(root, lg.ServingLimits(allow={"dora"})).ok
         True
     """
-    if limits is None:
-        limits = ServingLimits()
-    elif not isinstance(limits, ServingLimits):
-        raise TypeError(
-            f"check_adapters(limits=...) takes an lg.ServingLimits, got {type(limits).__name__}"
-        )
+    limits = _limits_argument("check_adapters", limits)
     if progress is not None and not callable(progress):
         raise TypeError("check_adapters(progress=...) takes a callable(done, total) or None")
     if not isinstance(scan_values, bool):
         raise TypeError(f"check_adapters(scan_values=...) takes True or False, got "
                         f"{scan_values!r}")
-    discovered: list[tuple[str, AdapterSpec | pathlib.Path | Malformed | Future[Any]]] = []
-    seen: set[str] = set()
-    items = _as_list(paths_or_specs)
-    remote = _fetch_remote(items)  # hf://, s3://, https:// (read in parallel), else {}
-    for index, item in enumerate(items):
-        for adapter_id, target in remote.get(index) or _discover(item):
-            real = os.path.realpath(adapter_id) if not isinstance(target, Malformed) else adapter_id
-            if real in seen:
-                continue
-            seen.add(real)
-            discovered.append((adapter_id, target))
-    specs: list[AdapterSpec] = []
-    spec_ids: list[tuple[str, AdapterSpec]] = []
-    by_adapter: dict[str, tuple[Violation, ...]] = {}
-    ids: list[str] = []
-    layouts: list[tuple[str, MoELayout]] = []
+    discovered = _discover_all(_as_list(paths_or_specs))
+    run = _SetCheck(limits, scan_values)
     total = len(discovered)
     for done, (adapter_id, target) in enumerate(discovered, 1):
-        subject = f"adapter {adapter_id!r}"
-        ids.append(adapter_id)
-        found: list[Violation]
-        if isinstance(target, Future):
-            target = target.result()
-        if isinstance(target, Malformed):
-            found = [malformed_violation(subject, target)]
-        else:
-            try:
-                spec = target if isinstance(target, AdapterSpec) else load_spec(target)
-                found = _check_spec(subject, spec, limits)
-                if scan_values:
-                    from lora_guard._checking.values import (
-                        scan_violations,  # reads values: only when asked
-                    )
-
-                    found += scan_violations(spec, subject)
-            except Malformed as exc:
-                found = [malformed_violation(subject, exc)]
-            except (OSError, ValueError, TypeError, KeyError, AttributeError,
-                    RecursionError) as exc:  # never a crash for one bad adapter
-                found = [malformed_violation(subject, Malformed(
-                    adapter_id, f"could not be checked ({type(exc).__name__}: {exc})"))]
-            else:
-                specs.append(spec)
-                spec_ids.append((adapter_id, spec))
-                if spec.moe_layout is not None and not any(v.code == "LG002" for v in found):
-                    layouts.append((adapter_id, spec.moe_layout))
-        if found:
-            by_adapter[adapter_id] = tuple(found)
+        run.add(adapter_id, target)
         if progress is not None:
             progress(done, total)
-    if layouts:
-        owner, pool = layouts[0]
-        for adapter_id, layout in layouts[1:]:
-            if layout is not pool:
-                violation = make_violation(
+    return run.report()
+
+
+def _limits_argument(owner: str, limits: object) -> ServingLimits:
+    if limits is None:
+        return ServingLimits()
+    if not isinstance(limits, ServingLimits):
+        raise TypeError(
+            f"{owner}(limits=...) takes an lg.ServingLimits, got {type(limits).__name__}"
+        )
+    return limits
+
+
+def _discover_all(items: list[PathOrSpec]) -> list[tuple[str, _Target]]:
+    """Every adapter the items name, each real folder once, in the order given."""
+    discovered: list[tuple[str, _Target]] = []
+    seen: set[str] = set()
+    remote = _fetch_remote(items)  # hf://, s3://, https:// (read in parallel), else {}
+    for index, item in enumerate(items):
+        fetched = remote.get(index)
+        found: Iterable[_Found] = (
+            [(i, t, os.path.realpath(i)) for i, t in fetched] if fetched else _discover(item))
+        for adapter_id, target, real in found:
+            if real not in seen:
+                seen.add(real)
+                discovered.append((adapter_id, target))
+    return discovered
+
+
+_FILE_ERRORS = (OSError, ValueError, ArithmeticError, RecursionError, MemoryError)
+"""Errors that say something about the adapter's files (unreadable, undecodable, a number
+out of range): a verdict on the adapter (LG108). Any other exception is a bug in the checker
+(LG900), re-raised with its traceback when ``LORA_GUARD_DEBUG=1``."""
+
+
+def _debugging() -> bool:
+    return os.environ.get("LORA_GUARD_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _internal_error(subject: str, exc: BaseException) -> Violation:
+    """LG900: the checker itself failed on this adapter; where, for the bug report."""
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    where = (f"{os.path.basename(frame.tb_frame.f_code.co_filename)}:{frame.tb_lineno} "
+             f"({frame.tb_frame.f_code.co_name})") if frame is not None else "unknown"
+    return make_violation("LG900", "internal", subject, error=type(exc).__name__,
+                          problem=str(exc)[:200], where=where)
+
+
+def _read(adapter_id: str, subject: str, target: _Target) -> AdapterSpec | Violation:
+    """The adapter's spec, or the violation that says why it cannot be read."""
+    if isinstance(target, Future):
+        target = target.result()
+    if isinstance(target, Malformed):
+        return malformed_violation(subject, target)
+    if isinstance(target, AdapterSpec):
+        return target
+    try:
+        if isinstance(target, str):  # found by the search: a folder, not stat'ed again
+            return read_folder(pathlib.Path(target))
+        return load_spec(cast(pathlib.Path, target))
+    except Malformed as exc:
+        return malformed_violation(subject, exc)
+    except _FILE_ERRORS as exc:  # never a crash for one bad adapter
+        return malformed_violation(subject, Malformed(
+            adapter_id, f"could not be checked ({type(exc).__name__}: {exc})"))
+    except Exception as exc:
+        if _debugging():
+            raise
+        return _internal_error(subject, exc)
+
+
+def _verdict(adapter_id: str, subject: str, spec: AdapterSpec, limits: ServingLimits,
+             scan_values: bool) -> tuple[list[Violation], bool]:
+    """Every check of one readable adapter: its violations (LG900 for a bug in a check), and
+    whether the checks ran to the end."""
+    try:
+        found = _check_spec(subject, spec, limits)
+        if scan_values:
+            from lora_guard._checking.values import (
+                scan_violations,  # reads values: only when asked
+            )
+
+            found += scan_violations(spec, subject)
+    except Malformed as exc:
+        return [malformed_violation(subject, exc)], False
+    except _FILE_ERRORS as exc:
+        return [malformed_violation(subject, Malformed(
+            adapter_id, f"could not be checked ({type(exc).__name__}: {exc})"))], False
+    except Exception as exc:
+        if _debugging():
+            raise
+        return [_internal_error(subject, exc)], False
+    return found, True
+
+
+class _SetCheck:
+    """One pass over a set of adapters: each adapter's verdict as it is read, and only what
+    the checks across the set need (the first MoE layout, the ranks of ``rank-from-set``)."""
+
+    def __init__(self, limits: ServingLimits, scan_values: bool) -> None:
+        self.limits = limits
+        self.scan_values = scan_values
+        self.specs: list[AdapterSpec] = []
+        self.ids: list[str] = []
+        self.by_adapter: dict[str, tuple[Violation, ...]] = {}
+        self.pool: tuple[str, MoELayout] | None = None
+        self.rank_from_set = ("rank-from-set" in limits.engine_rules
+                              and limits.max_rank is None)
+        self.largest_r: int | None = None
+        self.patterns: list[tuple[str, Mapping[str, Any]]] = []
+
+    def add(self, adapter_id: str, target: _Target) -> None:
+        self.ids.append(adapter_id)
+        subject = f"adapter {adapter_id!r}"
+        read = _read(adapter_id, subject, target)
+        if isinstance(read, Violation):
+            self.by_adapter[adapter_id] = (read,)
+            return
+        found, checked = _verdict(adapter_id, subject, read, self.limits, self.scan_values)
+        if checked:
+            self.specs.append(read)
+            self._across(adapter_id, read, found)
+        if found:
+            self.by_adapter[adapter_id] = tuple(found)
+
+    def _across(self, adapter_id: str, spec: AdapterSpec, found: list[Violation]) -> None:
+        """Remember what the checks across the set need; LG002 against the pool's layout."""
+        layout = spec.moe_layout
+        if layout is not None and not any(v.code == "LG002" for v in found):
+            if self.pool is None:
+                self.pool = (adapter_id, layout)
+            elif layout is not self.pool[1]:
+                found.append(make_violation(
                     "LG002", "set", f"adapter {adapter_id!r}", layout=layout.value,
-                    pool_layout=pool.value, owner=owner)
-                by_adapter[adapter_id] = (*by_adapter.get(adapter_id, ()), violation)
-    if "rank-from-set" in limits.engine_rules and limits.max_rank is None and specs:
-        _rank_from_set(spec_ids, by_adapter)
-    if limits.max_loras is not None and len(ids) > limits.max_loras:
-        by_adapter[_SET] = (make_violation(
-            "LG110", "count", "adapter set", count=len(ids), max_loras=limits.max_loras),)
-    if limits.max_loaded is not None and len(ids) > limits.max_loaded:
-        by_adapter[_SET] = (*by_adapter.get(_SET, ()), make_violation(
-            "LG110", "loaded", "adapter set", count=len(ids), limit=limits.max_loaded,
-            engine=limits.engine or "the server",
-            per_batch=limits.engine_options.get("max_loras_per_batch", "?")))
-    violations = [v for i in [*ids, _SET] for v in by_adapter.get(i, ())]
-    return Report(
-        adapters=tuple(specs), violations=tuple(violations), ids=tuple(ids),
-        by_adapter=types.MappingProxyType(by_adapter), limits=limits,
-    )
+                    pool_layout=self.pool[1].value, owner=self.pool[0]))
+        if self.rank_from_set:
+            r = spec.config.get("r")
+            if isinstance(r, int) and not isinstance(r, bool):
+                self.largest_r = r if self.largest_r is None else max(self.largest_r, r)
+            pattern = spec.config.get("rank_pattern")
+            if pattern and isinstance(pattern, Mapping):
+                self.patterns.append((adapter_id, pattern))
+
+    def report(self) -> Report:
+        by_adapter, ids, limits = self.by_adapter, self.ids, self.limits
+        if self.rank_from_set and self.largest_r is not None:
+            _rank_from_set(self.largest_r, self.patterns, by_adapter)
+        if limits.max_loras is not None and len(ids) > limits.max_loras:
+            by_adapter[_SET] = (make_violation(
+                "LG110", "count", "adapter set", count=len(ids), max_loras=limits.max_loras),)
+        if limits.max_loaded is not None and len(ids) > limits.max_loaded:
+            by_adapter[_SET] = (*by_adapter.get(_SET, ()), make_violation(
+                "LG110", "loaded", "adapter set", count=len(ids), limit=limits.max_loaded,
+                engine=limits.engine or "the server",
+                per_batch=limits.engine_options.get("max_loras_per_batch", "?")))
+        violations = [v for i in [*ids, _SET] for v in by_adapter.get(i, ())]
+        return Report(
+            adapters=tuple(self.specs), violations=tuple(violations), ids=tuple(ids),
+            by_adapter=types.MappingProxyType(by_adapter), limits=limits,
+        )
 
 
 def _generative_base(limits: ServingLimits) -> bool:
@@ -1173,7 +1418,7 @@ def _generative_base(limits: ServingLimits) -> bool:
     return bool(names) and all(n.endswith(("ForCausalLM", "LMHeadModel")) for n in names)
 
 
-def _heads_served(spec: AdapterSpec, heads: frozenset[str]) -> bool:
+def _heads_served(spec: AdapterSpec, heads: Collection[str]) -> bool:
     saved = spec.config.get("modules_to_save") or []
     names = [saved] if isinstance(saved, str) else list(saved) if isinstance(
         saved, (list, tuple)) else [None]
@@ -1183,19 +1428,13 @@ def _heads_served(spec: AdapterSpec, heads: frozenset[str]) -> bool:
                for k, kind in spec.extra_keys.items() if kind == "modules_to_save")
 
 
-def _rank_from_set(specs: list[tuple[str, AdapterSpec]],
+def _rank_from_set(pool: int, patterns: list[tuple[str, Mapping[str, Any]]],
                    by_adapter: dict[str, tuple[Violation, ...]]) -> None:
     """No max rank given (sglang): the pool's rank is the largest ``r`` of the set; a
     ``rank_pattern`` value above it does not fit."""
-    rs = [int(s.config["r"]) for _, s in specs
-          if isinstance(s.config.get("r"), int) and not isinstance(s.config.get("r"), bool)]
-    if not rs:
-        return
-    pool = max(rs)
-    for adapter_id, spec in specs:
-        pattern = spec.config.get("rank_pattern") or {}
+    for adapter_id, pattern in patterns:
         over = sorted((int(v), k) for k, v in pattern.items()
-                      if isinstance(v, int) and v > pool) if isinstance(pattern, Mapping) else []
+                      if isinstance(v, int) and v > pool)
         if over:
             rank, key = over[-1]
             by_adapter[adapter_id] = (*by_adapter.get(adapter_id, ()), make_violation(

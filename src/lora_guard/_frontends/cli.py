@@ -752,7 +752,7 @@ def _run_check(args: argparse.Namespace) -> int:
 
 _WRITERS: dict[str, Callable[[Report, argparse.Namespace], str]] = {
     "text": lambda report, args: _text_report(report, quiet=args.quiet),
-    "json": lambda report, args: json.dumps(report.to_dict(), indent=2) + "\n",
+    "json": lambda report, args: report.to_json() + "\n",
     "github": lambda report, args: _github_report(report),
     "sarif": lambda report, args: _sarif_report(report),
 }

@@ -56,6 +56,7 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
                 f"got {type(store).__name__}"
             )
         super().__init__(store)
+        self.get = store.get  # type: ignore[method-assign,assignment]  # the read path, see get()
         self._self_on_collision = _check_on_collision(on_collision, "lora_guard.GuardedCache")
         # Check-then-store must be one step: two threads storing different shapes under one
         # key could both pass the check, and the key would silently change shape.
@@ -70,7 +71,16 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
     # Hot methods are defined here rather than delegated: a proxy attribute lookup costs
     # several times a direct call.
     def get(self, key: Any, default: Any = None) -> Any:
+        """The store's ``get``. Reads are not checked (an entry is checked when it is stored),
+        so each instance holds the store's own bound ``get`` (set in ``__init__``: the proxy
+        stores a name its class has on itself), and a lookup costs about a dict's."""
         return self.__wrapped__.get(key, default)
+
+    # A subclass of wrapt's C proxy reaches every attribute through a Python-level
+    # ``__getattribute__`` call (its ``__getattr__`` makes the type use the slow hook); the
+    # generic lookup does what the proxy's does (the proxy's own attributes, then
+    # ``__getattr__`` forwards to the store) at the speed of a plain object.
+    __getattribute__ = object.__getattribute__
 
     def __getitem__(self, key: Any) -> Any:
         return self.__wrapped__[key]
@@ -137,6 +147,7 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._self_on_collision = state["_self_on_collision"]
+        self.get = self.__wrapped__.get  # type: ignore[method-assign]
 
 
 def guard_cache_lookup(
@@ -185,32 +196,46 @@ def guard_cache_lookup(
             if cache is None:
                 return fn(*args, **kwargs)
             cache_key = get_key(args, kwargs)
-            cached = cache.get(cache_key)
             wanted = get_weight(args, kwargs)
-            if cached is not None:
-                violation = check_cache_entry(cache_key, cached, wanted)
-                if violation is not None:
-                    if mode == "evict":
-                        cache.pop(cache_key, None)
-                    else:
-                        report([violation])
+            cached = _check_hit(cache, cache_key, wanted, mode)
             result = fn(*args, **kwargs)
             if result is cached or result is wanted or getattr(result, "shape", None) is None:
                 return result  # the usual hit (checked above), a pass-through, not a tensor
-            # Another thread may have stored another shape between the check and the body.
-            violation = check_cache_entry(cache_key, result, wanted)
-            if violation is None:
-                return result
-            if mode == "evict":
-                if cache.get(cache_key) is result:
-                    cache.pop(cache_key, None)
-                return fn(*args, **kwargs)
-            report([violation])
-            return result
+            return _check_result(cache, cache_key, wanted, result, mode,
+                                 lambda: fn(*args, **kwargs))
 
         return cast(F, wrapper)
 
     return decorate
+
+
+def _check_hit(cache: Any, cache_key: Any, wanted: Any, mode: OnCollision) -> Any:
+    """The entry under the key, checked against the weight wanted before the body runs: a
+    mismatch raises LG003 or (evict) is dropped. Returns the entry found."""
+    cached = cache.get(cache_key)
+    if cached is not None:
+        violation = check_cache_entry(cache_key, cached, wanted)
+        if violation is not None:
+            if mode == "evict":
+                cache.pop(cache_key, None)
+            else:
+                report([violation])
+    return cached
+
+
+def _check_result(cache: Any, cache_key: Any, wanted: Any, result: Any, mode: OnCollision,
+                  again: Callable[[], Any]) -> Any:
+    """Another thread may have stored another shape between the check and the body: the
+    body's result checked too (evict: dropped, and the body run ``again``)."""
+    violation = check_cache_entry(cache_key, result, wanted)
+    if violation is None:
+        return result
+    if mode == "evict":
+        if cache.get(cache_key) is result:
+            cache.pop(cache_key, None)
+        return again()
+    report([violation])
+    return result
 
 
 def weight_cache_key(*parts: str | int, weight: Any) -> str:

@@ -10,26 +10,29 @@ from __future__ import annotations
 
 import errno
 import importlib
-import json
 import math
 import os
 import pathlib
 import re
 import stat
+import sys
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from lora_guard._checking.checks import MoELayout, check_moe_layouts
 from lora_guard._core.config import refuse
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.safetensors import (
     OPEN_FLAGS,
+    DuplicateKey,
     HeaderError,
+    NonFinite,
     TensorInfo,
     json_value_bound,
     read_header_from_fd,
+    strict_json,
 )
 
 __all__ = [
@@ -55,6 +58,7 @@ __all__ = [
     "parse_json_config",
     "pattern_value",
     "read_config",
+    "read_folder",
 ]
 
 CONFIG_NAME = "adapter_config.json"
@@ -278,17 +282,18 @@ class AdapterSpec:
 # --- files ---------------------------------------------------------------------------------
 
 
-def is_adapter_dir(path: pathlib.Path) -> bool:
-    """A folder that holds an adapter config or adapter weights (looked up by name: no
-    listing, so a folder of 100,000 files costs a few lookups)."""
+def is_adapter_dir(path: str | os.PathLike[str]) -> bool:
+    """A folder that holds an adapter config or adapter weights (looked up by name, the
+    config first, stopping at the first found: no listing, so a folder of 100,000 files
+    costs one lookup, a folder that is not an adapter six)."""
     try:
-        names = [n for n in _ADAPTER_FILES if os.path.lexists(os.path.join(path, n))]
-    except (OSError, ValueError):
+        base = os.fspath(path)
+        return any(os.path.lexists(os.path.join(base, n)) for n in _ADAPTER_ORDER)
+    except (OSError, ValueError, TypeError):
         return False
-    return not _ADAPTER_FILES.isdisjoint(names)
 
 
-_ADAPTER_FILES = frozenset((CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES))
+_ADAPTER_ORDER = (CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES)
 
 
 def _link_root(folder: pathlib.Path) -> str:
@@ -396,7 +401,11 @@ def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
     no duplicate keys or NaN), but not checked for LoRA's fields, so a caller can look at
     ``peft_type`` first. Raises `Malformed` when it cannot be read.
     """
-    folder = pathlib.Path(folder)
+    raw = _config_bytes(folder if isinstance(folder, pathlib.Path) else pathlib.Path(folder))
+    return parse_config(raw), len(raw)
+
+
+def _config_bytes(folder: pathlib.Path) -> bytes:
     opened = _open_regular(folder, CONFIG_NAME)
     if opened is None:
         raise Malformed(CONFIG_NAME, "missing; an adapter folder needs adapter_config.json")
@@ -404,12 +413,14 @@ def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
     try:
         if info.st_size > MAX_CONFIG_BYTES:
             raise Malformed(CONFIG_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
-        raw = _read_fd(fd, MAX_CONFIG_BYTES + 1)
+        raw = _read_fd(fd, info.st_size + 1)  # a buffer of the file's size, not of the cap
+        if len(raw) > info.st_size:  # it grew since fstat: read on, up to the cap
+            raw += _read_fd(fd, MAX_CONFIG_BYTES + 1 - len(raw))
     except OSError as exc:
         raise Malformed(CONFIG_NAME, f"cannot be read ({_reason(exc)})") from None
     finally:
         os.close(fd)
-    return parse_config(raw), len(raw)
+    return raw
 
 
 def parse_config(raw: bytes) -> dict[str, Any]:
@@ -428,27 +439,18 @@ a few hundred, a big ``rank_pattern`` a few thousand. Bounds the parse to about 
 def parse_json_config(raw: bytes, file: str) -> dict[str, Any]:
     """A JSON object from ``raw`` (a config file's bytes), bounded and strict: no duplicate
     keys, no NaN, at most `MAX_CONFIG_VALUES` values, every failure a `Malformed`."""
-    values = json_value_bound(raw)
+    colons = raw.count(b":")
+    values = json_value_bound(raw, colons)
     if values > MAX_CONFIG_VALUES:
         raise Malformed(file, f"holds up to {values:,} JSON values, more than the "
                         f"{MAX_CONFIG_VALUES:,} a config may (memory bound)")
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in result:
-                raise Malformed(file, f"duplicate key {key!r}")
-            result[key] = value
-        return result
-
-    def reject_constant(name: str) -> Any:  # NaN/Infinity: not JSON; a NaN alpha is NaN output
-        raise Malformed(file, f"non-standard JSON constant {name}; every number must be finite")
-
     try:
-        config = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates,
-                            parse_constant=reject_constant)
-    except Malformed:
-        raise
+        config = strict_json(raw.decode("utf-8"), colons)
+    except DuplicateKey as exc:
+        raise Malformed(file, f"duplicate key {exc.key!r}") from None
+    except NonFinite as exc:  # NaN/Infinity: not JSON; a NaN alpha is NaN output
+        raise Malformed(file, f"non-standard JSON constant {exc.name}; every number must be "
+                        "finite") from None
     except UnicodeDecodeError:
         raise Malformed(file, "not UTF-8 text") from None
     except RecursionError:
@@ -463,8 +465,37 @@ def parse_json_config(raw: bytes, file: str) -> dict[str, Any]:
 def _read_config(
     folder: pathlib.Path, defaults: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], int]:
-    config, size = read_config(folder)
-    return checked_config(config, defaults), size
+    raw = _config_bytes(folder)
+    if defaults or len(raw) > _MAX_REMEMBERED_CONFIG:
+        return checked_config(parse_config(raw), defaults), len(raw)
+    config = _CONFIGS.get(raw)
+    if config is None:
+        config = _compact(checked_config(parse_config(raw)))
+        if len(_CONFIGS) >= 256:
+            _CONFIGS.clear()
+        _CONFIGS[raw] = config
+    return config, len(raw)
+
+
+def _compact(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with its names and short strings interned: 100,000 configs of one PEFT
+    version repeat the same 40 field names and most values, which are then held once."""
+    return {sys.intern(k): _interned(v) for k, v in config.items()}
+
+
+def _interned(value: Any) -> Any:
+    if type(value) is str and len(value) <= 200:
+        return sys.intern(value)
+    if type(value) is list and all(type(v) is str for v in value):
+        return [sys.intern(v) if len(v) <= 200 else v for v in value]
+    return value
+
+
+_CONFIGS: dict[bytes, dict[str, Any]] = {}
+"""Checked configs by their bytes: the adapters of a set trained with one recipe often have
+byte-identical configs, and the same bytes give the same answer, so each is parsed and
+checked once and the (read-only, behind the spec's mapping proxy) dict is shared."""
+_MAX_REMEMBERED_CONFIG = 16 << 10
 
 
 def checked_config(config: dict[str, Any],
@@ -599,9 +630,18 @@ def _regex_parser() -> Any:
 
 
 def _validate_config(config: Mapping[str, Any]) -> None:
-    def bad(field_: str, want: str) -> Malformed:
-        return Malformed(CONFIG_NAME, f"field {field_!r} is {config[field_]!r}, {want}")
+    _required_fields(config)
+    for name in ("rank_pattern", "alpha_pattern"):
+        _pattern_field(config, name)
+    _list_fields(config)
 
+
+def _bad(config: Mapping[str, Any], field_: str, want: str) -> Malformed:
+    return Malformed(CONFIG_NAME, f"field {field_!r} is {config[field_]!r}, {want}")
+
+
+def _required_fields(config: Mapping[str, Any]) -> None:
+    """``r``, ``lora_alpha`` and ``target_modules`` (or ``target_parameters``), well typed."""
     for required in ("r", "lora_alpha"):
         if required not in config:
             raise Malformed(CONFIG_NAME, f"no {required!r} field (PEFT writes it; vLLM "
@@ -610,51 +650,56 @@ def _validate_config(config: Mapping[str, Any]) -> None:
         raise Malformed(CONFIG_NAME, "no 'target_modules' field")
     r = config["r"]
     if not isinstance(r, int) or isinstance(r, bool) or r < 1:
-        raise bad("r", "not a positive integer")
+        raise _bad(config, "r", "not a positive integer")
     alpha = config["lora_alpha"]
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha):
-        raise bad("lora_alpha", "not a finite number")
-    for name in ("rank_pattern", "alpha_pattern"):
-        pattern = config.get(name)
-        if pattern is None:
-            continue
-        if not isinstance(pattern, dict):
-            raise bad(name, "not an object of module-regex -> value")
-        if len(pattern) > _MAX_PATTERN_KEYS:
-            raise Malformed(CONFIG_NAME, f"{name} has {len(pattern):,} keys (at most "
-                            f"{_MAX_PATTERN_KEYS:,}); name fewer modules or use a suffix")
-        for key, value in pattern.items():
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                math.isfinite(value))
-            if name == "rank_pattern":
-                ok = ok and isinstance(value, int) and value >= 1
-            if not ok:
-                want = "positive integer" if name == "rank_pattern" else "finite number"
-                raise Malformed(CONFIG_NAME, f"{name}[{key!r}] is {value!r}, not a {want}")
-            problem = _regex_problem(key)
-            if problem:
-                raise Malformed(CONFIG_NAME, f"{name} key {_clip(key)!r} {problem}")
+        raise _bad(config, "lora_alpha", "not a finite number")
+
+
+def _pattern_field(config: Mapping[str, Any], name: str) -> None:
+    """``rank_pattern`` / ``alpha_pattern``: module regex -> a number, each regex safe."""
+    pattern = config.get(name)
+    if pattern is None:
+        return
+    if not isinstance(pattern, dict):
+        raise _bad(config, name, "not an object of module-regex -> value")
+    if len(pattern) > _MAX_PATTERN_KEYS:
+        raise Malformed(CONFIG_NAME, f"{name} has {len(pattern):,} keys (at most "
+                        f"{_MAX_PATTERN_KEYS:,}); name fewer modules or use a suffix")
+    for key, value in pattern.items():
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+            math.isfinite(value))
+        if name == "rank_pattern":
+            ok = ok and isinstance(value, int) and value >= 1
+        if not ok:
+            want = "positive integer" if name == "rank_pattern" else "finite number"
+            raise Malformed(CONFIG_NAME, f"{name}[{key!r}] is {value!r}, not a {want}")
+        problem = _regex_problem(key)
+        if problem:
+            raise Malformed(CONFIG_NAME, f"{name} key {_clip(key)!r} {problem}")
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(t, str) for t in value)
+
+
+def _list_fields(config: Mapping[str, Any]) -> None:
+    """``target_modules``, ``target_parameters``, ``bias`` and ``modules_to_save``."""
     targets = config.get("target_modules")
-    if targets is not None and not isinstance(targets, str) and not (
-        isinstance(targets, list) and all(isinstance(t, str) for t in targets)
-    ):
-        raise bad("target_modules", "not a list of module names or a regex string")
+    if targets is not None and not isinstance(targets, str) and not _strings(targets):
+        raise _bad(config, "target_modules", "not a list of module names or a regex string")
     if isinstance(targets, str):  # PEFT: re.fullmatch(target_modules, every module name)
         problem = _regex_problem(targets, _MAX_PATTERN_REPEATS + 1)
         if problem:
             raise Malformed(CONFIG_NAME, f"target_modules regex {_clip(targets)!r} {problem}")
     parameters = config.get("target_parameters")
-    if parameters is not None and not (
-        isinstance(parameters, list) and all(isinstance(t, str) for t in parameters)
-    ):
-        raise bad("target_parameters", "not a list of parameter names")
+    if parameters is not None and not _strings(parameters):
+        raise _bad(config, "target_parameters", "not a list of parameter names")
     if "bias" in config and config["bias"] not in ("none", "all", "lora_only"):
-        raise bad("bias", "not one of 'none', 'all', 'lora_only'")
+        raise _bad(config, "bias", "not one of 'none', 'all', 'lora_only'")
     saved = config.get("modules_to_save")
-    if saved is not None and not (
-        isinstance(saved, list) and all(isinstance(t, str) for t in saved)
-    ):
-        raise bad("modules_to_save", "not a list of module names")
+    if saved is not None and not _strings(saved):
+        raise _bad(config, "modules_to_save", "not a list of module names")
 
 
 def _read_weights(
@@ -711,8 +756,23 @@ def pattern_value(pattern: Mapping[str, Any], module: str) -> Any:
     return None
 
 
+_SPLITS: dict[str, tuple[str, str] | None] = {}
+
+
 def _split(key: str) -> tuple[str, str] | None:
-    """(module, role) for a key in LoRA grammar, role in A/B/eA/eB/dora/lora_bias/..."""
+    """(module, role) for a key in LoRA grammar, role in A/B/eA/eB/dora/lora_bias/...
+    (remembered: the adapters of a set repeat the same keys)."""
+    try:
+        return _SPLITS[key]
+    except KeyError:
+        pass
+    if len(_SPLITS) > 200_000:
+        _SPLITS.clear()
+    found = _SPLITS[key] = _split_key(key)
+    return found
+
+
+def _split_key(key: str) -> tuple[str, str] | None:
     name = key.removeprefix(_PREFIX)
     for suffix, role in (
         (".lora_A.weight", "A"), (".lora_B.weight", "B"),
@@ -816,7 +876,37 @@ def _target_of(module: str, config: Mapping[str, Any]) -> tuple[str, str, int | 
     return _leaf(module), "linear", None
 
 
+_RECORDS: dict[tuple[Any, ...], LoRAModuleSpec] = {}
+
+
 def _module_record(
+    module: str,
+    halves: Mapping[str, str],
+    tensors: Mapping[str, TensorInfo],
+    config: Mapping[str, Any],
+) -> LoRAModuleSpec:
+    """The module's record; equal modules of adapters of one recipe share one (a record
+    depends on the config only through ``target_parameters`` and, for ``moe-flat``, the
+    ranks: those are not shared)."""
+    if config.get("target_parameters"):
+        return _new_record(module, halves, tensors, config)
+    a_key = halves.get("A") or halves.get("eA")
+    b_key = halves.get("B") or halves.get("eB")
+    a = tensors[a_key] if a_key else None
+    b = tensors[b_key] if b_key else None
+    key = (module, a_key, b_key, "eA" in halves or "eB" in halves,  # a record reads the
+           a and a.shape, b and b.shape, a and a.dtype, b and b.dtype)  # halves' shape, dtype
+    record = _RECORDS.get(key)
+    if record is None:
+        record = _new_record(module, halves, tensors, config)
+        if record.kind != "moe-flat":
+            if len(_RECORDS) > 100_000:
+                _RECORDS.clear()
+            _RECORDS[key] = record
+    return record
+
+
+def _new_record(
     module: str,
     halves: Mapping[str, str],
     tensors: Mapping[str, TensorInfo],
@@ -837,19 +927,8 @@ def _module_record(
         # packed MoE weights are 3D under an experts module; other N-D halves are convolutions
         packed = "experts" in module.split(".") and all(len(s) == 3 for s in wide)
         kind = "moe-packed" if packed else "conv"
-    rank: int | None = None
-    experts: int | None = None
     half = a or b
-    if kind == "moe-packed":
-        if b_shape and len(b_shape) == 3:
-            rank = b_shape[-1]
-        elif a_shape and len(a_shape) == 3:
-            rank = a_shape[-2] // (2 if "gate_up" in target or "w13" in target else 1)
-        experts = max((s[0] for s in (a_shape, b_shape) if s and len(s) == 3), default=None)
-    elif a_shape and len(a_shape) >= 2:  # linear (r, in); conv (r, in, *kernel)
-        rank = a_shape[0]
-    elif b_shape and len(b_shape) >= 2:  # linear (out, r); conv (out, r, *kernel)
-        rank = b_shape[1]
+    rank, experts = _rank_and_experts(kind, target, a_shape, b_shape)
     if kind == "moe-flat" and rank:
         r = (pattern_value(config.get("rank_pattern") or {}, parameter_key(module, target, kind))
              or config.get("r"))
@@ -864,6 +943,24 @@ def _module_record(
         dtype=half.dtype if half else "", layer=int(layer_match.group(1))
         if layer_match else None, expert=expert, experts=experts, a_key=a_key, b_key=b_key,
     )
+
+
+def _rank_and_experts(kind: str, target: str, a_shape: tuple[int, ...] | None,
+                      b_shape: tuple[int, ...] | None) -> tuple[int | None, int | None]:
+    """The rank the halves show, and the expert count a packed MoE module holds."""
+    if kind == "moe-packed":
+        rank: int | None = None
+        if b_shape and len(b_shape) == 3:
+            rank = b_shape[-1]
+        elif a_shape and len(a_shape) == 3:
+            rank = a_shape[-2] // (2 if "gate_up" in target or "w13" in target else 1)
+        experts = max((s[0] for s in (a_shape, b_shape) if s and len(s) == 3), default=None)
+        return rank, experts
+    if a_shape and len(a_shape) >= 2:  # linear (r, in); conv (r, in, *kernel)
+        return a_shape[0], None
+    if b_shape and len(b_shape) >= 2:  # linear (out, r); conv (out, r, *kernel)
+        return b_shape[1], None
+    return None, None
 
 
 def _features(config: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, Any]:
@@ -916,6 +1013,17 @@ def load_spec(
     if not is_dir:
         raise Malformed(folder.name, "not an adapter folder (expected a folder holding "
                         "adapter_config.json and adapter_model.safetensors)", kind="not-found")
+    return read_folder(folder, require_weights=require_weights,
+                       config_defaults=config_defaults)
+
+
+def read_folder(
+    folder: pathlib.Path,
+    *,
+    require_weights: bool = True,
+    config_defaults: Mapping[str, Any] | None = None,
+) -> AdapterSpec:
+    """`load_spec` of a path already known to be a folder (the checker's search found it)."""
     config, config_size = _read_config(folder, config_defaults)
     tensors, metadata, weights_size = _read_weights(folder, require_weights)
     if not require_weights and not tensors and not os.path.lexists(folder / WEIGHTS_NAME):
@@ -929,6 +1037,64 @@ def build_spec(
 ) -> AdapterSpec:
     """The `AdapterSpec` of a read config and header (local or remote: ``url=``,
     ``transferred=``)."""
+    parts = _parts_of(tensors, config)
+    return AdapterSpec(
+        path=folder,
+        config=types.MappingProxyType(config),
+        tensors=parts.tensors,
+        modules=parts.modules,
+        rank=parts.rank or int(config["r"]),
+        moe_layout=parts.layout,
+        target_modules=parts.targets,
+        features=types.MappingProxyType(_features(config, parts.extra)),
+        dtypes=parts.dtypes,
+        size=size,
+        metadata=types.MappingProxyType(metadata),
+        unknown_keys=parts.unknown,
+        extra_keys=parts.extra,
+        **remote,
+    )
+
+
+class _Parts(NamedTuple):
+    """What a header's tensors say, with the few config fields it depends on."""
+
+    tensors: Mapping[str, TensorInfo]
+    modules: Mapping[str, LoRAModuleSpec]
+    extra: Mapping[str, str]
+    unknown: tuple[str, ...]
+    layout: MoELayout | None
+    targets: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    rank: int | None
+
+
+_PARTS: dict[tuple[Any, ...], tuple[dict[str, TensorInfo], _Parts]] = {}
+
+
+def _parts_of(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Parts:
+    """`_Parts` of a header, remembered: headers that differ only in their metadata (or are
+    byte-identical) hold the same keys and the same shared `TensorInfo` objects. The key is
+    the keys and the entries' identities; the memory holds the first map, which keeps those
+    entries alive, so an identity in a key cannot be reused while its entry lives. Configs
+    with patterns or ``target_parameters`` (which change the modules) are not remembered."""
+    if config.get("rank_pattern") or config.get("alpha_pattern") or config.get(
+            "target_parameters"):
+        return _new_parts(tensors, config)
+    saved = config.get("modules_to_save")
+    key = (tuple(tensors), tuple(map(id, tensors.values())), config.get("r"),
+           config.get("bias"), tuple(saved) if isinstance(saved, list) else saved)
+    found = _PARTS.get(key)
+    if found is not None:
+        return found[1]
+    parts = _new_parts(tensors, config)
+    if len(_PARTS) >= 256:
+        _PARTS.clear()
+    _PARTS[key] = (tensors, parts)
+    return parts
+
+
+def _new_parts(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Parts:
     halves: dict[str, dict[str, str]] = {}
     extra: dict[str, str] = {}
     unknown: list[str] = []
@@ -954,25 +1120,30 @@ def build_spec(
         module: _module_record(module, parts, tensors, config)
         for module, parts in sorted(halves.items())
     }
-    layout, _ = check_moe_layouts(folder.name, tensors)
+    layout, _ = check_moe_layouts("adapter", tensors)
     lora_keys = [k for parts in halves.values() for k in parts.values()]
     ranks = [m.rank for m in modules.values() if m.rank]
-    return AdapterSpec(
-        path=folder,
-        config=types.MappingProxyType(config),
+    return _Parts(
         tensors=types.MappingProxyType(tensors),
         modules=types.MappingProxyType(modules),
-        rank=max(ranks) if ranks else int(config["r"]),
-        moe_layout=layout,
-        target_modules=tuple(sorted({m.target for m in modules.values()})),
-        features=types.MappingProxyType(_features(config, extra)),
+        extra=types.MappingProxyType(extra),
+        unknown=tuple(sorted(unknown)),
+        layout=layout,
+        targets=tuple(sorted({m.target for m in modules.values()})),
         dtypes=tuple(sorted({tensors[k].dtype for k in lora_keys})),
-        size=size,
-        metadata=types.MappingProxyType(metadata),
-        unknown_keys=tuple(sorted(unknown)),
-        extra_keys=types.MappingProxyType(extra),
-        **remote,
+        rank=max(ranks) if ranks else None,
     )
+
+
+def forget_remembered() -> None:
+    """Empty the readers' memories of configs, headers and their parts (benchmarks measure a
+    first read with it; nothing else needs it: an entry is only ever reused for the same
+    bytes)."""
+    from lora_guard._reading import safetensors
+
+    for memory in (_CONFIGS, _PARTS, _RECORDS, _SPLITS, safetensors._HEADERS,
+                   safetensors._INFOS, safetensors._METADATA):
+        memory.clear()
 
 
 def _remote_url(path: str) -> bool:

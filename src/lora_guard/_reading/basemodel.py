@@ -138,8 +138,26 @@ class BaseModelDims:
     ) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
         """((in, source), (out, source)) of a module type on this base model.
 
-        A dim is None where this config does not tell it (an unknown module type).
+        A dim is None where this config does not tell it (an unknown module type). Each
+        answer is computed once per base (the checker asks for every module of every
+        adapter); the module path matters only for a shared expert and GPT-2's ``c_proj``.
         """
+        tail = module + "."
+        key = (target, moe, ".shared_expert." in tail or ".shared_experts." in tail,
+               ".mlp." in tail)
+        known: dict[tuple[str, bool, bool, bool], Any] | None = self.__dict__.get("_known")
+        if known is None:
+            known = {}
+            object.__setattr__(self, "_known", known)
+        found = known.get(key)
+        if found is None:
+            found = known[key] = self._expected(target, moe=moe, module=module)
+        result: tuple[tuple[int | None, str], tuple[int | None, str]] = found
+        return result
+
+    def _expected(
+        self, target: str, *, moe: bool, module: str = ""
+    ) -> tuple[tuple[int | None, str], tuple[int | None, str]]:
         h = (self.hidden_size, f"hidden_size {self.hidden_size}")
         q: tuple[int | None, str] = (None, "")
         kv: tuple[int | None, str] = (None, "")
@@ -195,6 +213,20 @@ def load_base_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> Base
             f"cannot read base config {str(path)[:200]!r}: {reason}; pass the base "
             "model's config.json"
         ) from None
+    raw = _read_base(fd, path)
+    if json_value_bound(raw) > MAX_BASE_CONFIG_VALUES:
+        raise ValueError(f"base config {str(path)!r} holds more than "
+                         f"{MAX_BASE_CONFIG_VALUES:,} JSON values (memory bound)")
+    try:
+        config = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"base config {str(path)!r} is not valid JSON "
+                         f"({str(exc)[:200]})") from None
+    return BaseModelDims.from_config(config, str(path))
+
+
+def _read_base(fd: int, path: pathlib.Path) -> bytes:
+    """The bytes of the regular file open as ``fd`` (closed after), up to the size cap."""
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -211,24 +243,16 @@ def load_base_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> Base
         os.close(fd)
     if len(raw) > MAX_BASE_CONFIG_BYTES:
         raise ValueError(f"base config {str(path)!r} is larger than {MAX_BASE_CONFIG_BYTES} bytes")
-    if json_value_bound(raw) > MAX_BASE_CONFIG_VALUES:
-        raise ValueError(f"base config {str(path)!r} holds more than "
-                         f"{MAX_BASE_CONFIG_VALUES:,} JSON values (memory bound)")
+    return raw
 
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        result = dict(pairs)
-        if len(result) != len(pairs):
-            seen: set[str] = set()
-            for key, _ in pairs:
-                if key in seen:
-                    raise ValueError(f"duplicate key {key[:80]!r}: a loader silently takes "
-                                     "the last one")
-                seen.add(key)
-        return result
 
-    try:
-        config = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"base config {str(path)!r} is not valid JSON "
-                         f"({str(exc)[:200]})") from None
-    return BaseModelDims.from_config(config, str(path))
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key[:80]!r}: a loader silently takes "
+                                 "the last one")
+            seen.add(key)
+    return result

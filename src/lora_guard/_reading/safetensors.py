@@ -17,6 +17,7 @@ import math
 import os
 import stat
 import struct
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,15 +26,19 @@ __all__ = [
     "DTYPE_BITS",
     "DTYPE_NAMES",
     "MAX_HEADER_BYTES",
+    "DuplicateKey",
     "HeaderError",
+    "NonFinite",
     "TensorInfo",
     "encode_header",
     "header_length",
+    "key_count",
     "parse_header",
     "read_header_and_size",
     "read_header_from_fd",
     "read_safetensors_header",
     "safetensors_code",
+    "strict_json",
     "write_safetensors",
 ]
 
@@ -128,17 +133,71 @@ def safetensors_code(dtype: str) -> str:
 # --- reading -------------------------------------------------------------------------------
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise HeaderError(f"duplicate key {key[:200]!r} in the header")
-        result[key] = value
+class DuplicateKey(ValueError):
+    """A JSON object names ``key`` twice (a loader silently keeps the last value)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"duplicate key {key[:200]!r}")
+
+
+class NonFinite(ValueError):
+    """A JSON text holds ``NaN``, ``Infinity`` or ``-Infinity`` (``name``), which is not JSON."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"non-standard JSON constant {name}")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise NonFinite(name)
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
     return result
 
 
-def _reject_constant(name: str) -> Any:
-    raise HeaderError(f"non-standard JSON constant {name} in the header")
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_EXACT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant,
+                                  object_pairs_hook=_refuse_duplicates)
+
+
+def key_count(value: object) -> int:
+    """How many keys the objects in a parsed JSON value hold, all levels counted."""
+    count = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            count += len(item)
+            stack.extend(v for v in item.values() if type(v) is dict or type(v) is list)
+        elif type(item) is list:
+            stack.extend(v for v in item if type(v) is dict or type(v) is list)
+    return count
+
+
+def strict_json(text: str, colons: int, keys: int | None = None) -> Any:
+    """``json.loads(text)`` that refuses NaN/Infinity (`NonFinite`) and duplicate keys
+    (`DuplicateKey`), at the C parser's speed.
+
+    ``colons`` is ``text.count(":")``. Every key of the text is followed by one colon outside a
+    string, so when the parsed objects hold as many keys as the text has colons (``keys``, or
+    `key_count` of the result) no key was lost to a duplicate; only otherwise (a duplicate, or
+    colons inside strings) is the text parsed again with a hook that names the duplicate.
+    Raises ``ValueError`` (``json.JSONDecodeError``) for invalid JSON, ``RecursionError`` for
+    nesting too deep for the parser.
+    """
+    value = _DECODER.decode(text)
+    if colons != (key_count(value) if keys is None else keys):
+        _EXACT_DECODER.decode(text)  # raises DuplicateKey naming the first duplicate
+    return value
 
 
 def _depth(value: object, limit: int) -> int:
@@ -149,14 +208,17 @@ def _depth(value: object, limit: int) -> int:
     return 1 + max((_depth(v, limit - 1) for v in items), default=0)
 
 
-def json_value_bound(raw: bytes) -> int:
+def json_value_bound(raw: bytes, colons: int | None = None) -> int:
     """An upper bound on the number of JSON values in ``raw``, in a few C-speed passes.
 
     Every value but the first of a container follows a comma, every object value a colon, and
     every container opens with a bracket; counting them everywhere (strings included) can only
-    over-count, so refusing above a bound never lets a bigger parse through.
+    over-count, so refusing above a bound never lets a bigger parse through. ``colons`` is
+    ``raw.count(b":")`` when the caller has it already.
     """
-    return raw.count(b",") + raw.count(b"[") + raw.count(b"{") + raw.count(b":") + 1
+    if colons is None:
+        colons = raw.count(b":")
+    return raw.count(b",") + raw.count(b"[") + raw.count(b"{") + colons + 1
 
 
 def _is_uint(value: object) -> bool:
@@ -170,7 +232,8 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
     """
     if not raw.lstrip(_WHITESPACE).startswith(b"{"):  # JSON whitespace, as safetensors reads
         raise HeaderError("header does not start with a JSON object '{'")
-    values = json_value_bound(raw)
+    colons = raw.count(b":")
+    values = json_value_bound(raw, colons)
     if values > MAX_HEADER_VALUES:
         raise HeaderError(
             f"header holds up to {values:,} JSON values, more than the {MAX_HEADER_VALUES:,} "
@@ -180,30 +243,56 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
     except UnicodeDecodeError as exc:
         raise HeaderError(f"header is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        parsed = json.loads(
-            text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
-        )
-    except HeaderError:
-        raise
+        parsed = _DECODER.decode(text)
+    except NonFinite as exc:
+        raise HeaderError(f"non-standard JSON constant {exc.name} in the header") from None
     except RecursionError:
         raise HeaderError(f"header JSON nests deeper than {MAX_NESTING} levels") from None
     except ValueError as exc:
         raise HeaderError(f"header is not valid JSON ({exc})") from None
     if not isinstance(parsed, dict):
         raise HeaderError("header is not a JSON object")
+    _no_duplicate_keys(parsed, text, colons)
     metadata: dict[str, str] = {}
     tensors: dict[str, TensorInfo] = {}
     for name, entry in parsed.items():
         if name == "__metadata__":
-            if entry is None:  # the safetensors library reads null as no metadata
-                continue
-            if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
-                raise HeaderError("__metadata__ is not an object of strings")
-            metadata = entry
+            metadata = _metadata(entry)
             continue
-        tensors[name] = _tensor_info(name, entry)
+        tensors[sys.intern(name)] = _tensor_info(name, entry)
     _check_offsets(tensors, data_size)
     return tensors, metadata
+
+
+def _no_duplicate_keys(parsed: dict[str, Any], text: str, colons: int) -> None:
+    """Refuse a header that names a key twice (see `strict_json`: keys counted, not hooked)."""
+    keys = len(parsed) + sum(len(e) for e in parsed.values() if type(e) is dict)
+    if keys != colons:
+        try:
+            _EXACT_DECODER.decode(text)
+        except DuplicateKey as exc:
+            raise HeaderError(f"duplicate key {exc.key[:200]!r} in the header") from None
+
+
+_METADATA: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+
+
+def _metadata(entry: object) -> dict[str, str]:
+    """The ``__metadata__`` strings; equal ones are shared (most files hold ``format: pt``)."""
+    if entry is None:  # the safetensors library reads null as no metadata
+        return {}
+    if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+        raise HeaderError("__metadata__ is not an object of strings")
+    if len(entry) > 8:
+        return entry
+    key = tuple(entry.items())
+    if len(_METADATA) > 1024:
+        _METADATA.clear()
+    return _METADATA.setdefault(key, entry)
+
+
+_INFOS: dict[tuple[str, tuple[int, ...], int, int], TensorInfo] = {}
+"""Tensor entries seen before, shared: a set of adapters of one recipe repeats them."""
 
 
 def _tensor_info(name: str, entry: object) -> TensorInfo:
@@ -224,9 +313,17 @@ def _tensor_info(name: str, entry: object) -> TensorInfo:
                     good = False
                     break
             if good:
+                key = (code, tuple(shape), begin, end)
+                info = _INFOS.get(key)
+                if info is not None:
+                    return info
                 bits = math.prod(shape) * DTYPE_BITS[code]
                 if not bits % 8 and bits // 8 == end - begin:
-                    return TensorInfo(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
+                    if len(_INFOS) > 100_000:
+                        _INFOS.clear()
+                    info = _INFOS[key] = TensorInfo(
+                        key[1], DTYPE_NAMES[code], end - begin, (begin, end))
+                    return info
     return _checked_info(name, entry)
 
 
@@ -243,6 +340,21 @@ def _checked_info(name: str, entry: object) -> TensorInfo:
         raise HeaderError(f"tensor {shown} nests JSON deeper than {MAX_NESTING} levels")
     if not isinstance(code, str) or code not in DTYPE_BITS:
         raise HeaderError(f"tensor {shown} has unknown dtype {str(code)[:40]!r}")
+    begin, end = _checked_layout(shown, shape, offsets)
+    bits = math.prod(shape) * DTYPE_BITS[code]
+    if bits % 8:
+        raise HeaderError(f"tensor {shown} of {code} {shape} is not a whole number of bytes")
+    if bits // 8 != end - begin:
+        raise HeaderError(
+            f"tensor {shown} of {code} {shape} needs {bits // 8} bytes but its data_offsets "
+            f"[{begin}, {end}] hold {end - begin}"
+        )
+    return TensorInfo(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
+
+
+def _checked_layout(shown: str, shape: object, offsets: object) -> tuple[int, int]:
+    """The shape a list of at most `MAX_NDIM` non-negative ints, the offsets two of them in
+    order: (begin, end)."""
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
         raise HeaderError(
             f"tensor {shown} has shape {str(shape)[:80]}, not a list of non-negative integers"
@@ -261,18 +373,18 @@ def _checked_info(name: str, entry: object) -> TensorInfo:
     if end < begin:
         raise HeaderError(f"tensor {shown} has data_offsets [{begin}, {end}] that end before "
                           "they begin")
-    bits = math.prod(shape) * DTYPE_BITS[code]
-    if bits % 8:
-        raise HeaderError(f"tensor {shown} of {code} {shape} is not a whole number of bytes")
-    if bits // 8 != end - begin:
-        raise HeaderError(
-            f"tensor {shown} of {code} {shape} needs {bits // 8} bytes but its data_offsets "
-            f"[{begin}, {end}] hold {end - begin}"
-        )
-    return TensorInfo(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
+    return begin, end
 
 
 def _check_offsets(tensors: Mapping[str, TensorInfo], data_size: int) -> None:
+    position = 0
+    for info in tensors.values():  # the usual file: entries already in data order, no gap
+        if info.offsets[0] != position:
+            break
+        position = info.offsets[1]
+    else:
+        if position == data_size:
+            return
     position = 0
     for name, info in sorted(tensors.items(), key=lambda item: item[1].offsets):
         begin, end = info.offsets
@@ -344,7 +456,8 @@ def read_header_and_size(
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise HeaderError("not a regular file")
-        return read_header_from_fd(fd, info.st_size)
+        tensors, metadata, size = read_header_from_fd(fd, info.st_size)
+        return dict(tensors), dict(metadata), size  # the caller's own copies
     finally:
         os.close(fd)
 
@@ -375,8 +488,30 @@ def read_header_from_fd(
     raw = _read_exactly(fd, length)
     if len(raw) != length:  # the file shrank while we read it
         raise HeaderError(f"header truncated: read {len(raw)} of {length} bytes")
-    tensors, metadata = parse_header(raw, size - 8 - length)
+    tensors, metadata = _parsed(raw, size - 8 - length)
     return tensors, metadata, size
+
+
+_HEADERS: dict[tuple[bytes, int], tuple[dict[str, TensorInfo], dict[str, str]]] = {}
+_MAX_REMEMBERED = 256
+_MAX_REMEMBERED_BYTES = 64 << 10
+
+
+def _parsed(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """`parse_header`, remembered for small headers: the adapters of a set trained with one
+    recipe have byte-identical headers (same keys, shapes, offsets), and the same bytes with
+    the same data size give the same answer, so each is parsed and validated once. The maps
+    returned are shared: callers must not modify them (`read_header_and_size` copies)."""
+    if len(raw) > _MAX_REMEMBERED_BYTES:
+        return parse_header(raw, data_size)
+    key = (raw, data_size)
+    found = _HEADERS.get(key)
+    if found is None:
+        found = parse_header(raw, data_size)
+        if len(_HEADERS) >= _MAX_REMEMBERED:
+            _HEADERS.clear()
+        _HEADERS[key] = found
+    return found
 
 
 # --- writing (tests, examples, benchmarks) -------------------------------------------------

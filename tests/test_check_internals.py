@@ -1,0 +1,197 @@
+"""The checker's own failures and costs: a bug is a bug (LG900), never a verdict on the file;
+a problem with the file stays LG108; reading a folder of adapters costs a fixed number of
+file-system calls per adapter; ServingLimits takes what users pass."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import lora_guard as lg
+from lora_guard._checking import check_adapters as checker
+from lora_guard._testing.adapter_writer import write_adapter
+
+
+def _broken_check(*args: object, **kwargs: object) -> None:
+    raise KeyError("dims")  # what a bug in a check looks like
+
+
+@pytest.mark.lora_guard(expect=["LG900"], reason="a check made to fail on purpose")
+def test_a_bug_in_a_check_is_lg900_and_the_other_adapters_are_still_checked(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write_adapter(tmp_path / "set" / "a", rank=8)
+    write_adapter(tmp_path / "set" / "b", rank=64)
+    monkeypatch.delenv("LORA_GUARD_DEBUG", raising=False)
+    real = checker._rank_checks
+    calls = []
+
+    def fails_on_a(subject: str, *args: object) -> None:
+        calls.append(subject)
+        if subject.endswith("/a'"):
+            _broken_check()
+        real(subject, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(checker, "_rank_checks", fails_on_a)
+    report = lg.check_adapters(tmp_path / "set", lg.ServingLimits(max_rank=16))
+    assert report.codes() == ["LG900", "LG101"]
+    bug = report.violations[0]
+    assert "bug in lora_guard, not a verdict on the adapter" in bug.message
+    assert "KeyError" in bug.message and "test_check_internals.py" in bug.message
+    assert "LG108" not in report.codes() and len(calls) == 2
+    assert "LORA_GUARD_DEBUG=1" in bug.hint
+    with pytest.raises(lg.AdapterError, match="LG900"):
+        report.enforce()
+
+
+def test_with_lora_guard_debug_the_bug_raises_with_its_traceback(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    folder = write_adapter(tmp_path / "a")
+    monkeypatch.setenv("LORA_GUARD_DEBUG", "1")
+    monkeypatch.setattr(checker, "_file_checks", _broken_check)
+    with pytest.raises(KeyError, match="dims") as raised:
+        lg.check_adapters(folder)
+    assert raised.traceback[-1].name == "_broken_check"
+
+
+@pytest.mark.parametrize(
+    ("config", "problem"),
+    [
+        (b'{"r": 8, "lora_alpha": ' + b"9" * 5000 + b', "target_modules": ["q_proj"]}',
+         "invalid JSON"),
+        (b'{"r": 8, "lora_alpha": 16, "target_modules": ["q_\xff"]}', "not UTF-8"),
+        (b'{"r": 8, "lora_alpha": NaN, "target_modules": ["q_proj"]}', "NaN"),
+        (b'{"r": 8, "r": 16, "lora_alpha": 16, "target_modules": ["q_proj"]}',
+         "duplicate key 'r'"),
+    ],
+)
+def test_a_problem_with_the_file_stays_lg108_on_the_file(
+    tmp_path: pathlib.Path, config: bytes, problem: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LORA_GUARD_DEBUG", "1")  # not a bug: never raised
+    folder = write_adapter(tmp_path / "a")
+    (folder / "adapter_config.json").write_bytes(config)
+    report = lg.check_adapters(folder)
+    assert report.codes() == ["LG108"]
+    assert problem in report.violations[0].message
+
+
+def test_an_os_error_while_reading_is_lg108_even_when_debugging(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    folder = write_adapter(tmp_path / "a")
+    monkeypatch.setenv("LORA_GUARD_DEBUG", "1")
+
+    def failing_read(*args: object) -> bytes:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "read", failing_read)
+    report = lg.check_adapters(folder)
+    assert report.codes() == ["LG108"]
+    assert "Input/output error" in report.violations[0].message
+
+
+def test_duplicate_keys_are_found_whatever_the_colons_in_strings(tmp_path: pathlib.Path) -> None:
+    """Duplicates are found by counting keys against colons; a colon inside a string must
+    neither hide a duplicate nor invent one."""
+    folder = write_adapter(tmp_path / "a")
+    config = (folder / "adapter_config.json").read_text()
+    with_colon = config.replace('"tiny-llama"', '"hf://org/tiny:llama"')
+    (folder / "adapter_config.json").write_text(with_colon)
+    assert lg.check_adapters(folder).ok
+    doubled = with_colon.replace('"r": 8', '"r": 8, "r": 8', 1)
+    assert doubled != with_colon
+    (folder / "adapter_config.json").write_text(doubled)
+    with pytest.raises(lg.AdapterError, match="duplicate key 'r'"):
+        lg.inspect_adapter(folder)
+
+
+class _Counter:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: dict[str, int] = {}
+        for name in ("stat", "lstat", "open", "fstat", "scandir", "readlink"):
+            real = getattr(os, name)
+            monkeypatch.setattr(os, name, self._counted(name, real))
+
+    def _counted(self, name: str, real: object) -> object:
+        def call(*args: object, **kwargs: object) -> object:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return real(*args, **kwargs)  # type: ignore[operator]
+
+        return call
+
+
+def test_a_folder_of_adapters_costs_five_file_system_calls_per_adapter(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operation count, not a timing: one lookup to find each adapter, one open and one
+    fstat per file; no realpath or stat per adapter."""
+    for i in range(40):
+        write_adapter(tmp_path / "set" / f"a{i:02d}")
+    counter = _Counter(monkeypatch)
+    report = lg.check_adapters(tmp_path / "set")
+    assert report.ok and len(report.ids) == 40
+    per_adapter = sum(counter.calls.values()) / 40
+    assert per_adapter <= 5.5, counter.calls
+
+
+def test_serving_limits_take_tuples_lists_and_sets_and_keep_frozensets() -> None:
+    limits = lg.ServingLimits(target_modules=("q_proj", "v_proj"), allowed_ranks=[8, 16],
+                              dtypes=["bf16"], allow={"dora"})
+    assert limits.target_modules == frozenset({"q_proj", "v_proj"})
+    assert limits.allowed_ranks == frozenset({8, 16})
+    assert limits.dtypes == frozenset({"bfloat16"}) and limits.allow == frozenset({"dora"})
+    assert isinstance(limits.allowed_ranks, frozenset)
+
+
+def test_users_mypy_passes_on_tuples_and_lists(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("mypy")
+    source = tmp_path / "user.py"
+    source.write_text(textwrap.dedent("""
+        import lora_guard as lg
+
+        limits = lg.ServingLimits(target_modules=("q_proj", "v_proj"), allowed_ranks=[8, 16],
+                                  dtypes=["bfloat16"], allow=("dora",), served_heads=["score"])
+        ranks: list[int] = sorted(limits.allowed_ranks or ())
+    """))
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+         "--cache-dir", os.devnull, str(source)],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "MYPYPATH": str(pathlib.Path(lg.__file__).parents[1])},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_json_report_is_built_per_adapter_and_is_the_same_text(
+    tmp_path: pathlib.Path,
+) -> None:
+    import json
+
+    write_adapter(tmp_path / "set" / "big", rank=64)
+    write_adapter(tmp_path / "set" / "old", defects=("pickle-bin",))
+    write_adapter(tmp_path / "set" / "ok")
+    report = lg.check_adapters(tmp_path / "set", lg.ServingLimits(max_rank=16, max_loras=2))
+    assert report.to_json() == json.dumps(report.to_dict(), indent=2)
+    assert json.loads(report.to_json())["summary"] == {
+        "adapters": 3, "failed": 2, "violations": 3,
+        "by_code": {"LG101": 1, "LG108": 1, "LG110": 1}}
+    empty = lg.check_adapters([])
+    assert empty.to_json() == json.dumps(empty.to_dict(), indent=2)
+
+
+def test_a_guarded_cache_reads_through_the_store_and_still_refuses_a_collision() -> None:
+    torch = pytest.importorskip("torch")
+    store: dict[str, object] = {}
+    cache = lg.GuardedCache(store)
+    cache["k"] = torch.empty(4, 8)
+    assert cache.get("k") is store["k"] and cache.get("missing", 1) == 1
+    with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
+        cache["k"] = torch.empty(2, 8)
+    assert cache.get("k").shape == (4, 8) and isinstance(cache, dict)
