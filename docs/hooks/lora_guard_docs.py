@@ -79,6 +79,7 @@ API_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "TensorInfo",
             "ServingLimits",
             "check_adapters",
+            "check_adapter",
             "Report",
             "adapter_servable",
         ),
@@ -86,7 +87,8 @@ API_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Tensor-parallel ranks",
         "Compare pool state across `torch.distributed` ranks (LG301).",
-        ("assert_rank_consistent", "rank_consistent", "rank_fingerprint"),
+        ("assert_rank_consistent", "guard_rank_consistency", "rank_fingerprint",
+         "rank_consistent"),
     ),
     (
         "Modes and recording",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from lora_guard._checking.checks import MoELayout, check_moe_layouts
+from lora_guard._checking.registry import registered_violations
 from lora_guard._core.config import report as _report
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import (
@@ -958,6 +959,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     # LG002: one adapter whose own MoE weights mix layouts
     _, mixed = check_moe_layouts(subject, spec.tensors)
     found.extend(mixed)
+    found.extend(registered_violations(subject, spec, limits))  # invariants defined in one unit
     order = {c: i for i, c in enumerate(
         ("LG115", "LG116", "LG105", "LG118", "LG104", "LG103", "LG107", "LG102", "LG101",
          "LG111", "LG112", "LG106", "LG109", "LG121", "LG002"))}
