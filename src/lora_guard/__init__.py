@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._checking.checks import MoELayout
     from ._checking.one_adapter import check_adapter
     from ._checking.predicates import (
+        assert_slot_maps_consistent,
         cache_entry_matches,
         check_slot_maps,
         is_lora_guard_error,
@@ -83,6 +84,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     "._guarding.layouts": ("LayoutRegistry", "detect_moe_layout", "guard_adapter_load"),
     "._checking.predicates": (
+        "assert_slot_maps_consistent",
         "cache_entry_matches",
         "check_slot_maps",
         "is_lora_guard_error",
@@ -119,6 +121,7 @@ __all__ = [
     "Violation",
     "adapter_servable",
     "assert_rank_consistent",
+    "assert_slot_maps_consistent",
     "cache_entry_matches",
     "check_adapter",
     "check_adapters",

@@ -1164,7 +1164,7 @@ _ENTRIES = (
         ),
         fixes=(
             "Update both maps in one step, and undo both on failure; check with "
-            "lora_guard.check_slot_maps after each change.",
+            "lora_guard.assert_slot_maps_consistent after each change.",
             "Bound a batch's adapters by the slot count before scheduling it.",
         ),
         example=(
@@ -1172,7 +1172,7 @@ _ENTRIES = (
             "uid_to_slot[uid] = slot            # slot_to_uid not updated\n"
             "# after\n"
             "uid_to_slot[uid] = slot; slot_to_uid[slot] = uid\n"
-            "lg.check_slot_maps(uid_to_slot, slot_to_uid, slots=S)\n"
+            "lg.assert_slot_maps_consistent(uid_to_slot, slot_to_uid, slots=S)\n"
         ),
         error="RegistryError",
         messages={
@@ -1184,7 +1184,7 @@ _ENTRIES = (
             "exhausted": "{subject}: {needed} adapters needed at once, but only {slots} slots.",
             "stale-config": "{subject}: {uid!r} is in {where} but not loaded.",
         },
-        raised_by=("lg.check_slot_maps", "integrations.sglang", "integrations.vllm"),
+        raised_by=("lg.assert_slot_maps_consistent", "integrations.sglang", "integrations.vllm"),
     ),
     _entry(
         code="LG202",
