@@ -9,7 +9,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from lora_guard._checking.checks import MoELayout, check_moe_layouts
 from lora_guard._checking.registry import registered_violations
@@ -146,6 +146,18 @@ class ServingLimits:
     LG202)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
+
+    if TYPE_CHECKING:  # typed as users pass them (any iterable), kept as frozensets
+        def __init__(
+            self, max_rank: int | None = None, allowed_ranks: Iterable[int] | None = None,
+            max_loras: int | None = None, target_modules: Iterable[str] | None = None,
+            dtypes: Iterable[str] | None = None,
+            base_config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+            allow: Iterable[str] = (), engine: str | None = None,
+            engine_options: Mapping[str, Any] = types.MappingProxyType({}),
+            served_heads: Iterable[str] | None = None, max_loaded: int | None = None,
+            engine_rules: Iterable[str] = (),
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         owner = "ServingLimits"
