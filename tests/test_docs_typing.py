@@ -11,8 +11,8 @@ peft and transformers as untyped third-party packages.
 Four relaxations, each about the user's own code on a docs page rather than lora_guard's API:
 untyped helper functions are allowed (``def weights(rank):`` on a page is not lora_guard's to
 type, and their bodies are still checked), subclassing an untyped ``torch.nn.Module`` is
-allowed, a page may redefine a name in a later block (``no-redef``), and ``server`` stands for
-the reader's own module.
+allowed, a page may redefine a name in a later block (``no-redef``), and ``server`` and
+``adapterhub`` stand for the reader's own modules.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ follow_imports = silent
 follow_imports = skip
 ignore_missing_imports = True
 
-[mypy-server.*]
+[mypy-server.*,adapterhub.*]
 ignore_missing_imports = True
 """
 
