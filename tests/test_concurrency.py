@@ -326,7 +326,8 @@ def test_recordings_opened_and_closed_in_threads_lose_nothing() -> None:
         for block in range(10):
             with lg.recording() as mine:
                 for i in range(OPS // 10):
-                    lg.check_slot_maps({f"t{t}-{block}-{i}": 5}, [None])  # one LG201 each
+                    # one LG201 each
+                    lg.assert_slot_maps_consistent({f"t{t}-{block}-{i}": 5}, [None])
             own = sum(1 for v in mine.violations if v.subject == "slot map"
                       and f"'t{t}-{block}-" in v.message)
             with lock:

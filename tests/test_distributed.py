@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -88,7 +88,25 @@ def test_single_process_and_bad_options() -> None:
         with pytest.raises(ValueError, match="timeout"):
             lg.assert_rank_consistent({}, timeout=bad)
     with pytest.raises(TypeError, match="state=lambda self"):
-        lg.rank_consistent(state={"slots": 1})  # type: ignore[arg-type]
+        lg.guard_rank_consistency(state={"slots": 1})  # type: ignore[arg-type]
+
+
+def test_the_old_names_still_work_and_say_what_replaces_them() -> None:
+    """`rank_consistent` read like a predicate but is a decorator; a positional group read
+    unlike every other option. Both keep working, with a warning naming the new spelling."""
+    with pytest.warns(DeprecationWarning, match="guard_rank_consistency"):
+        decorate = lg.rank_consistent(state=lambda self: {"slots": self.slots})
+
+    class Pool:
+        slots: ClassVar[dict[str, int]] = {"math": 0}
+
+        @decorate
+        def load(self) -> str:
+            return "loaded"
+
+    assert Pool().load() == "loaded"  # one process: the call runs as before
+    with pytest.warns(DeprecationWarning, match="group="):
+        lg.assert_rank_consistent({"slots": {}}, None)
 
 
 def test_divergence_names_the_minority_against_the_most_common_state() -> None:
@@ -122,7 +140,8 @@ class _Pool:
     def __init__(self) -> None:
         self.uid_to_slot: dict[str, int] = {}
 
-    @lg.rank_consistent(state=lambda self: {"uid_to_slot": self.uid_to_slot}, timeout=TIMEOUT)
+    @lg.guard_rank_consistency(state=lambda self: {"uid_to_slot": self.uid_to_slot},
+                               timeout=TIMEOUT)
     def load(self, uid: str, *, fail: bool = False) -> int:
         if fail:
             raise OSError(f"could not read {uid}")

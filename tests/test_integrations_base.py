@@ -45,7 +45,7 @@ def fakelib(tmp_path, monkeypatch):
 
 
 def refuse_all(wrapped, instance, args, kwargs):
-    lg.check_slot_maps({"a": 0}, [None])   # always an LG201 in raise mode
+    lg.assert_slot_maps_consistent({"a": 0}, [None])   # always an LG201 in raise mode
     return wrapped(*args, **kwargs)
 
 

@@ -41,7 +41,7 @@ def test_shapes_conform_predicate_raises_nothing() -> None:
 def test_sglang_slot_maps_after_prepare_lora_batch() -> None:
     uid_to_buffer_id = {None: 0, "math": 1, "code": 2}
     buffer_id_to_uid = [None, "math", "code", EMPTY_SLOT]
-    lg.check_slot_maps(uid_to_buffer_id, buffer_id_to_uid, empty=EMPTY_SLOT)
+    lg.assert_slot_maps_consistent(uid_to_buffer_id, buffer_id_to_uid, empty=EMPTY_SLOT)
     assert lg.slot_maps_consistent(uid_to_buffer_id, buffer_id_to_uid, empty=EMPTY_SLOT)
 
 
@@ -49,8 +49,8 @@ def test_an_eviction_that_updated_one_map_only() -> None:
     uid_to_buffer_id = {"math": 1, "sql": 2}
     buffer_id_to_uid = [EMPTY_SLOT, "math", "code", EMPTY_SLOT]  # 'code' evicted from one map
     with pytest.raises(lg.RegistryError) as info:
-        lg.check_slot_maps(uid_to_buffer_id, buffer_id_to_uid, empty=EMPTY_SLOT,
-                           subject="LoRAMemoryPool")
+        lg.assert_slot_maps_consistent(uid_to_buffer_id, buffer_id_to_uid, empty=EMPTY_SLOT,
+                                       subject="LoRAMemoryPool")
     err = info.value
     assert isinstance(err, RuntimeError) and err.code == "LG201"
     messages = [v.message for v in err.violations]
@@ -61,12 +61,19 @@ def test_an_eviction_that_updated_one_map_only() -> None:
 @pytest.mark.lora_guard(expect=["LG201"], reason="five adapters for four slots, in record mode")
 def test_slots_out_of_range_and_exhaustion() -> None:
     with pytest.raises(lg.RegistryError, match="outside 0..3"):
-        lg.check_slot_maps({"a": 4}, {}, slots=4)
+        lg.assert_slot_maps_consistent({"a": 4}, {}, slots=4)
     lg.configure(mode="record")
     with lg.recording() as rec:
-        lg.check_slot_maps({f"a{i}": i for i in range(5)}, {i: f"a{i}" for i in range(5)},
-                           slots=4)
+        lg.assert_slot_maps_consistent({f"a{i}": i for i in range(5)},
+                                       {i: f"a{i}" for i in range(5)}, slots=4)
     assert "5 adapters needed at once, but only 4 slots" in rec.violations[-1].message
+
+
+def test_the_old_name_check_slot_maps_still_raises_and_names_the_new_one() -> None:
+    """``check_*`` functions return a report; the slot-map one raised, so it was renamed."""
+    with pytest.warns(DeprecationWarning, match="assert_slot_maps_consistent"), \
+            pytest.raises(lg.RegistryError, match="LG201"):
+        lg.check_slot_maps({"a": 0}, ["b"])
 
 
 def test_one_adapter_in_two_slots() -> None:

@@ -51,12 +51,12 @@ class TinyPool:
         slot = self.slot_to_uid.index(None)
         self._store(rank)
         self.uid_to_slot[name], self.slot_to_uid[slot] = slot, name
-        lg.check_slot_maps(self.uid_to_slot, self.slot_to_uid)
+        lg.assert_slot_maps_consistent(self.uid_to_slot, self.slot_to_uid)
 
     def unload(self, name: str) -> None:
         slot = self.uid_to_slot.pop(name)
         self.slot_to_uid[slot] = None
-        lg.check_slot_maps(self.uid_to_slot, self.slot_to_uid)
+        lg.assert_slot_maps_consistent(self.uid_to_slot, self.slot_to_uid)
 
     def swap(self, name: str, rank: int) -> None:
         if name not in self.uid_to_slot or rank > self.max_rank:

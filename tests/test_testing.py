@@ -17,7 +17,7 @@ pytestmark = pytest.mark.lora_guard(allow=tuple(lg.INVARIANTS))
 
 
 def broken_slot_maps() -> None:
-    lg.check_slot_maps({"a": 0}, ["b"])
+    lg.assert_slot_maps_consistent({"a": 0}, ["b"])
 
 
 class Meta:
@@ -28,7 +28,7 @@ class Meta:
 def test_assert_violations_suppresses_the_expected_error_and_keeps_the_record() -> None:
     with assert_violations("LG201") as seen:
         broken_slot_maps()
-        pytest.fail("not reached: check_slot_maps raised in raise mode")
+        pytest.fail("not reached: assert_slot_maps_consistent raised in raise mode")
     assert seen.codes == ["LG201", "LG201"]
     assert "adapter 'a' maps to slot 0, but slot 0 holds 'b'" in seen.violations[0].message
 
@@ -73,7 +73,7 @@ def test_only_false_tolerates_other_codes_reported_without_raising() -> None:
 
 def test_nothing_reported_passes_with_no_codes_and_fails_with_one() -> None:
     with assert_violations(()) as seen:
-        lg.check_slot_maps({"a": 0}, ["a"])
+        lg.assert_slot_maps_consistent({"a": 0}, ["a"])
     assert seen.codes == []
     with pytest.raises(AssertionError, match="expected LG201.*reported in the block:\n  nothing"), \
             assert_violations("LG201"):

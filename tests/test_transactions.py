@@ -161,7 +161,7 @@ class LoRAPool:
         }
 
     def check_invariants(self) -> None:
-        lg.check_slot_maps(self.uid_to_slot, self.slot_to_uid)
+        lg.assert_slot_maps_consistent(self.uid_to_slot, self.slot_to_uid)
         assert set(self.registry.adapters) == set(self.uid_to_slot)
         layouts = {v for v in self.registry.adapters.values() if v is not None}
         assert len(layouts) <= 1

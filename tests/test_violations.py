@@ -122,7 +122,7 @@ def test_recording_collects_from_every_thread() -> None:
     lg.configure(mode="record")
     with lg.recording() as rec:
         threads = [
-            threading.Thread(target=lg.check_slot_maps, args=({f"a{i}": 9}, [None]))
+            threading.Thread(target=lg.assert_slot_maps_consistent, args=({f"a{i}": 9}, [None]))
             for i in range(16)
         ]
         for t in threads:
@@ -135,7 +135,7 @@ def test_recording_collects_from_every_thread() -> None:
 def test_recording_in_raise_mode_sees_errors_that_were_caught() -> None:
     with lg.recording() as outer, lg.recording() as inner:
         with pytest.raises(lg.RegistryError):
-            lg.check_slot_maps({"a": 3}, [None])
+            lg.assert_slot_maps_consistent({"a": 3}, [None])
     assert outer.codes == inner.codes == ["LG201"]
     with lg.recording() as after:
         pass
@@ -145,14 +145,14 @@ def test_recording_in_raise_mode_sees_errors_that_were_caught() -> None:
 def test_off_mode_records_nothing() -> None:
     lg.configure(mode="off")
     with lg.recording() as rec:
-        lg.check_slot_maps({"a": 3}, [None])
+        lg.assert_slot_maps_consistent({"a": 3}, [None])
     assert rec.violations == []
 
 
 @pytest.mark.lora_guard(expect=["LG201"], reason="the test catches the error to narrow it")
 def test_is_lora_guard_error_narrows() -> None:
     try:
-        lg.check_slot_maps({"a": 3}, [None])
+        lg.assert_slot_maps_consistent({"a": 3}, [None])
     except RuntimeError as exc:
         assert lg.is_lora_guard_error(exc) and exc.code == "LG201"
     assert not lg.is_lora_guard_error(RuntimeError("other"))

@@ -57,13 +57,16 @@ API_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Predicates for custom servers",
         "Each invariant as a plain function that returns a bool and raises nothing, plus the "
-        "slot-map check.",
+        "slot-map assertion. Names follow one rule: a predicate returns a bool, a `check_*` "
+        "returns a report, an `assert_*` raises (through the mode), a `guard_*` is a "
+        "decorator.",
         (
             "pool_shapes_stable",
             "layouts_uniform",
             "cache_entry_matches",
             "shapes_conform",
             "slot_maps_consistent",
+            "assert_slot_maps_consistent",
             "check_slot_maps",
             "is_lora_guard_error",
         ),
@@ -79,6 +82,7 @@ API_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "TensorInfo",
             "ServingLimits",
             "check_adapters",
+            "check_adapter",
             "Report",
             "adapter_servable",
         ),
@@ -86,7 +90,8 @@ API_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Tensor-parallel ranks",
         "Compare pool state across `torch.distributed` ranks (LG301).",
-        ("assert_rank_consistent", "rank_consistent", "rank_fingerprint"),
+        ("assert_rank_consistent", "guard_rank_consistency", "rank_fingerprint",
+         "rank_consistent"),
     ),
     (
         "Modes and recording",

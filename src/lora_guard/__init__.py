@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._checking.check_adapters import Report, ServingLimits, adapter_servable, check_adapters
     from ._checking.checks import MoELayout
+    from ._checking.one_adapter import check_adapter
     from ._checking.predicates import (
+        assert_slot_maps_consistent,
         cache_entry_matches,
         check_slot_maps,
         is_lora_guard_error,
@@ -41,7 +43,12 @@ if TYPE_CHECKING:
         Violation,
     )
     from ._guarding.cache import GuardedCache, guard_cache_lookup, weight_cache_key
-    from ._guarding.distributed import assert_rank_consistent, rank_consistent, rank_fingerprint
+    from ._guarding.distributed import (
+        assert_rank_consistent,
+        guard_rank_consistency,
+        rank_consistent,
+        rank_fingerprint,
+    )
     from ._guarding.layouts import LayoutRegistry, detect_moe_layout, guard_adapter_load
     from ._reading.adapters import AdapterSpec, LoRAModuleSpec, TensorInfo, inspect_adapter
 
@@ -55,8 +62,14 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "._core.catalogue": ("INVARIANTS", "Invariant"),
     "._checking.check_adapters": ("Report", "ServingLimits", "adapter_servable", "check_adapters"),
     "._checking.checks": ("MoELayout",),
+    "._checking.one_adapter": ("check_adapter",),
     "._core.config": ("Recording", "configure", "get_mode", "recording"),
-    "._guarding.distributed": ("assert_rank_consistent", "rank_consistent", "rank_fingerprint"),
+    "._guarding.distributed": (
+        "assert_rank_consistent",
+        "guard_rank_consistency",
+        "rank_consistent",
+        "rank_fingerprint",
+    ),
     "._core.errors": (
         "AdapterError",
         "CacheKeyCollisionError",
@@ -71,6 +84,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     "._guarding.layouts": ("LayoutRegistry", "detect_moe_layout", "guard_adapter_load"),
     "._checking.predicates": (
+        "assert_slot_maps_consistent",
         "cache_entry_matches",
         "check_slot_maps",
         "is_lora_guard_error",
@@ -107,7 +121,9 @@ __all__ = [
     "Violation",
     "adapter_servable",
     "assert_rank_consistent",
+    "assert_slot_maps_consistent",
     "cache_entry_matches",
+    "check_adapter",
     "check_adapters",
     "check_slot_maps",
     "configure",
@@ -116,6 +132,7 @@ __all__ = [
     "get_mode",
     "guard_adapter_load",
     "guard_cache_lookup",
+    "guard_rank_consistency",
     "inspect_adapter",
     "is_lora_guard_error",
     "layouts_uniform",

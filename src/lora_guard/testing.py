@@ -12,7 +12,7 @@ Example:
     >>> import lora_guard as lg
     >>> from lora_guard.testing import assert_violations
     >>> with assert_violations("LG201") as seen:
-    ...     lg.check_slot_maps({"a": 0}, ["b"])
+    ...     lg.assert_slot_maps_consistent({"a": 0}, ["b"])
     >>> seen.codes
     ['LG201', 'LG201']
 """
@@ -72,7 +72,7 @@ def capture_violations() -> Iterator[Recording]:
         >>> from lora_guard.testing import capture_violations
         >>> with capture_violations() as seen:
         ...     try:
-        ...         lg.check_slot_maps({"a": 1}, ["a", None])
+        ...         lg.assert_slot_maps_consistent({"a": 1}, ["a", None])
         ...     except lg.RegistryError:
         ...         pass          # as a server's own try/except would
         >>> seen.codes
@@ -108,11 +108,11 @@ def assert_violations(codes: str | Iterable[str], *, only: bool = True) -> Itera
         >>> import lora_guard as lg
         >>> from lora_guard.testing import assert_violations
         >>> with assert_violations("LG201") as seen:
-        ...     lg.check_slot_maps({"a": 0}, ["b"])
+        ...     lg.assert_slot_maps_consistent({"a": 0}, ["b"])
         >>> "adapter 'a' maps to slot 0, but slot 0 holds 'b'" in seen.violations[0].message
         True
         >>> with assert_violations("LG003"):
-        ...     lg.check_slot_maps({"a": 0}, ["b"])
+        ...     lg.assert_slot_maps_consistent({"a": 0}, ["b"])
         Traceback (most recent call last):
         ...
         AssertionError: expected LG003 (cache-key-collision) but it was not reported; ...

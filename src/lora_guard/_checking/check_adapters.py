@@ -10,9 +10,10 @@ import types
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any, Union, cast
+from typing import TYPE_CHECKING, Any, Union, cast
 
 from lora_guard._checking.checks import MoELayout, check_moe_layouts
+from lora_guard._checking.registry import registered_violations
 from lora_guard._core.config import report as _report
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import (
@@ -200,6 +201,18 @@ class ServingLimits:
     LG202)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
+
+    if TYPE_CHECKING:  # typed as users pass them (any iterable), kept as frozensets
+        def __init__(
+            self, max_rank: int | None = None, allowed_ranks: Iterable[int] | None = None,
+            max_loras: int | None = None, target_modules: Iterable[str] | None = None,
+            dtypes: Iterable[str] | None = None,
+            base_config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+            allow: Iterable[str] = (), engine: str | None = None,
+            engine_options: Mapping[str, Any] = types.MappingProxyType({}),
+            served_heads: Iterable[str] | None = None, max_loaded: int | None = None,
+            engine_rules: Iterable[str] = (),
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         owner = "ServingLimits"
@@ -955,6 +968,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
             **details, target: _more(name, count)}))
     if spec.moe_layout is not None:  # LG002: one adapter whose own MoE weights mix layouts
         found.extend(check_moe_layouts(subject, spec.tensors)[1])
+    found.extend(registered_violations(subject, spec, limits))  # invariants defined in one unit
     if len(found) > 1:
         found.sort(key=lambda v: _ORDER.get(v.code, 99))
     return found

@@ -1,7 +1,9 @@
-"""Plain predicates: each invariant as a function that returns a bool and raises nothing."""
+"""Plain predicates: each invariant as a function that returns a bool and raises nothing;
+and `assert_slot_maps_consistent`, the predicate's asserting twin."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "assert_slot_maps_consistent",
     "cache_entry_matches",
     "check_slot_maps",
     "is_lora_guard_error",
@@ -142,7 +145,7 @@ def slot_maps_consistent(
     return not check_slot_maps_violations(uid_to_slot, slot_to_uid, slots=slots, empty=empty)
 
 
-def check_slot_maps(
+def assert_slot_maps_consistent(
     uid_to_slot: Mapping[Any, int],
     slot_to_uid: Mapping[int, Any] | Sequence[Any],
     *,
@@ -152,14 +155,16 @@ def check_slot_maps(
 ) -> None:
     """Report LG201 (raise, in ``raise`` mode) unless the slot maps are exact inverses.
 
+    The asserting twin of `slot_maps_consistent`, as `assert_rank_consistent` is for ranks.
     ``slot_to_uid`` is a mapping or a list indexed by slot (its length is the slot count
     unless ``slots`` says otherwise); a slot holding ``empty`` is free. Pass another ``empty``
-    marker when None is a real adapter id (sglang's base-model uid).
+    marker when None is a real adapter id (sglang's base-model uid). Formerly
+    ``check_slot_maps``, which still works with a ``DeprecationWarning``.
 
     Example:
         >>> import lora_guard as lg
-        >>> lg.check_slot_maps({"a": 0}, ["a", None])
-        >>> lg.check_slot_maps({"a": 0, "b": 1}, ["a", None])
+        >>> lg.assert_slot_maps_consistent({"a": 0}, ["a", None])
+        >>> lg.assert_slot_maps_consistent({"a": 0, "b": 1}, ["a", None])
         Traceback (most recent call last):
         ...
         lora_guard.RegistryError: LG201 registry-inconsistent: slot map: adapter 'b' maps to ...
@@ -168,13 +173,46 @@ def check_slot_maps(
         uid_to_slot, slot_to_uid, slots=slots, empty=empty, subject=subject))
 
 
+def check_slot_maps(
+    uid_to_slot: Mapping[Any, int],
+    slot_to_uid: Mapping[int, Any] | Sequence[Any],
+    *,
+    slots: int | None = None,
+    empty: object = None,
+    subject: str = "slot map",
+) -> None:
+    """Deprecated name of `assert_slot_maps_consistent`.
+
+    Every other ``check_*`` returns a report (`check_adapters`, `check_adapter`); this one
+    raises, so it is named as the ``assert_*`` it is. Warns with a ``DeprecationWarning``
+    naming the new name, then behaves exactly like it.
+
+    Example:
+        >>> import warnings, lora_guard as lg
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     lg.check_slot_maps({"a": 0}, ["a", None])
+        >>> "assert_slot_maps_consistent" in str(caught[0].message)
+        True
+    """
+    warnings.warn(
+        "lora_guard.check_slot_maps is deprecated: use lora_guard.assert_slot_maps_consistent, "
+        "the same check under the name of what it does (it raises; check_* functions return "
+        "a report).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    assert_slot_maps_consistent(uid_to_slot, slot_to_uid, slots=slots, empty=empty,
+                                subject=subject)
+
+
 def is_lora_guard_error(exc: BaseException) -> TypeIs[LoRAGuardError]:
     """True for an error raised by lora_guard, whatever builtin class it was caught as.
 
     Example:
         >>> import lora_guard as lg
         >>> try:
-        ...     lg.check_slot_maps({"a": 3}, [None])
+        ...     lg.assert_slot_maps_consistent({"a": 3}, [None])
         ... except RuntimeError as exc:
         ...     print(lg.is_lora_guard_error(exc) and exc.code)
         LG201

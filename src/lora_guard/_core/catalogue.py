@@ -1,18 +1,26 @@
-"""The one catalogue of invariants.
+"""The one catalogue of invariants: a registry by code.
 
-Every fact about an invariant lives in its entry here: code, slug, the error class that raises
-it, its message templates, its hint (the first fix), the docs' sections and `lora-guard
-explain`. Nothing else in the package spells a message or a hint.
+Every fact about an invariant lives in its entry: code, slug, the error class that raises it,
+its message templates, its hint (the first fix), the docs' sections and `lora-guard explain`.
+Nothing else in the package spells a message or a hint.
+
+`INVARIANTS` is a read-only view of the registry; `register` adds an entry (refusing a code
+that is taken or malformed). The entries of ``_ENTRIES`` below are registered when this module
+is imported; an invariant defined with its check in one unit
+(``lora_guard._checking.registry.adapter_invariant``) registers itself the same way, so the
+catalogue, ``lora-guard codes``/``explain``, the pytest summary and the docs reference see it
+without another edit.
 """
 
 from __future__ import annotations
 
+import re
 import string
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["INVARIANTS", "Invariant"]
+__all__ = ["INVARIANTS", "Invariant", "register", "unregister"]
 
 
 @dataclass(frozen=True)
@@ -1156,7 +1164,7 @@ _ENTRIES = (
         ),
         fixes=(
             "Update both maps in one step, and undo both on failure; check with "
-            "lora_guard.check_slot_maps after each change.",
+            "lora_guard.assert_slot_maps_consistent after each change.",
             "Bound a batch's adapters by the slot count before scheduling it.",
         ),
         example=(
@@ -1164,7 +1172,7 @@ _ENTRIES = (
             "uid_to_slot[uid] = slot            # slot_to_uid not updated\n"
             "# after\n"
             "uid_to_slot[uid] = slot; slot_to_uid[slot] = uid\n"
-            "lg.check_slot_maps(uid_to_slot, slot_to_uid, slots=S)\n"
+            "lg.assert_slot_maps_consistent(uid_to_slot, slot_to_uid, slots=S)\n"
         ),
         error="RegistryError",
         messages={
@@ -1176,7 +1184,7 @@ _ENTRIES = (
             "exhausted": "{subject}: {needed} adapters needed at once, but only {slots} slots.",
             "stale-config": "{subject}: {uid!r} is in {where} but not loaded.",
         },
-        raised_by=("lg.check_slot_maps", "integrations.sglang", "integrations.vllm"),
+        raised_by=("lg.assert_slot_maps_consistent", "integrations.sglang", "integrations.vllm"),
     ),
     _entry(
         code="LG202",
@@ -1249,7 +1257,7 @@ _ENTRIES = (
             "diverged": "{subject}: ranks {ranks} differ from rank {reference} at {path}: {diff}.",
             "timeout": "{subject}: no answer from ranks within {timeout} s ({problem}).",
         },
-        raised_by=("lg.assert_rank_consistent", "@lg.rank_consistent"),
+        raised_by=("lg.assert_rank_consistent", "@lg.guard_rank_consistency"),
     ),
     _entry(
         code="LG900",
@@ -1291,7 +1299,58 @@ _ENTRIES = (
     ),
 )
 
-INVARIANTS: Mapping[str, Invariant] = types.MappingProxyType({e.code: e for e in _ENTRIES})
+_REGISTRY: dict[str, Invariant] = {}
+_BUILT_IN: frozenset[str] = frozenset(e.code for e in _ENTRIES)
+_CODE = re.compile(r"LG\d{3}")
+_SLUG = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+
+
+def register(invariant: Invariant) -> Invariant:
+    """Add ``invariant`` to the catalogue, kept in code order; return it.
+
+    Refuses (ValueError, the catalogue unchanged) a code that is not ``LG`` and three digits,
+    a code or slug already registered, a slug that is not kebab-case, or an entry without a
+    fix or a message.
+    """
+    if not isinstance(invariant, Invariant):
+        raise TypeError(f"register() takes an Invariant, got {type(invariant).__name__}")
+    problem = _problem(invariant)
+    if problem:
+        raise ValueError(f"cannot register invariant {invariant.code!r}: {problem}")
+    ordered = sorted([*_REGISTRY.values(), invariant], key=lambda inv: inv.code)
+    _REGISTRY.clear()
+    _REGISTRY.update((inv.code, inv) for inv in ordered)
+    return invariant
+
+
+def _problem(invariant: Invariant) -> str | None:
+    if not _CODE.fullmatch(invariant.code):
+        return "a code is 'LG' and three digits, such as 'LG150'"
+    if invariant.code in _REGISTRY:
+        return f"the code is taken by {_REGISTRY[invariant.code].slug!r}; pick a free number"
+    if not _SLUG.fullmatch(invariant.slug):
+        return f"the slug {invariant.slug!r} is not kebab-case (e.g. 'zero-scaling')"
+    taken = [inv.code for inv in _REGISTRY.values() if inv.slug == invariant.slug]
+    if taken:
+        return f"the slug {invariant.slug!r} is taken by {taken[0]}"
+    if not invariant.fixes or not invariant.messages:
+        return "an entry needs at least one fix and one message template"
+    return None
+
+
+def unregister(code: str) -> None:
+    """Remove an invariant added with `register` (a test's made-up one); the built-in
+    entries stay. Unknown codes are ignored."""
+    if code in _BUILT_IN:
+        raise ValueError(f"{code} is a built-in invariant of lora_guard; it cannot be removed")
+    _REGISTRY.pop(code, None)
+
+
+for _inv in _ENTRIES:
+    register(_inv)
+del _inv
+
+INVARIANTS: Mapping[str, Invariant] = types.MappingProxyType(_REGISTRY)
 """Every invariant, by code: the single source of codes, messages, hints and docs.
 
 A read-only mapping of code to `Invariant`; errors, `lora-guard explain`, the pytest summary

@@ -1,4 +1,5 @@
-"""Tensor-parallel ranks that agree: `assert_rank_consistent`, `rank_consistent`, fingerprints.
+"""Tensor-parallel ranks that agree: `assert_rank_consistent`, `guard_rank_consistency`,
+fingerprints.
 
 Each rank reduces its state to a fingerprint: one line per leaf, ``path -> description``, where
 a tensor contributes its shape, dtype and device *type* (never its data, never its device
@@ -20,6 +21,7 @@ import math
 import re
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence, Set
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -32,7 +34,13 @@ from lora_guard._core.errors import Violation, make_violation
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-__all__ = ["DEFAULT_TIMEOUT", "assert_rank_consistent", "rank_consistent", "rank_fingerprint"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "assert_rank_consistent",
+    "guard_rank_consistency",
+    "rank_consistent",
+    "rank_fingerprint",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -91,30 +99,38 @@ def _walk(obj: Any, path: str, out: dict[str, str], parents: tuple[int, ...], de
             f"lora_guard.rank_fingerprint: {path} {problem}; pass a plain tree of the shapes, "
             "ids and slot maps the ranks must agree on."
         )
+    kind, children = _children(obj, path)
+    out[path] = kind
     inner = (*parents, id(obj))
+    for child_path, child in children:
+        if child is _PRESENT:
+            out[child_path] = "present"
+        else:
+            _walk(child, child_path, out, inner, depth + 1)
+
+
+_PRESENT = object()  # a set's element: present, nothing below it
+
+
+def _children(obj: Any, path: str) -> tuple[str, list[tuple[str, Any]]]:
+    """A container's kind and its ``(path, child)`` pairs, in the fingerprint's order."""
     if isinstance(obj, Mapping):
-        out[path] = "mapping"
-        for key in sorted(obj, key=_order):
-            _walk(obj[key], f"{path}[{_key_text(key, path)}]", out, inner, depth + 1)
-    elif isinstance(obj, (Set, frozenset)):
-        out[path] = "set"
-        for item in sorted(obj, key=_order):
-            out[f"{path}{{{_key_text(item, path)}}}"] = "present"
-    elif isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
-        out[path] = "sequence"
-        for i, item in enumerate(obj):
-            _walk(item, f"{path}[{i}]", out, inner, depth + 1)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out[path] = type(obj).__name__
-        for f in dataclasses.fields(obj):
-            _walk(getattr(obj, f.name), f"{path}.{f.name}", out, inner, depth + 1)
-    else:
-        raise TypeError(
-            f"lora_guard.rank_fingerprint: {path} is a {type(obj).__module__}."
-            f"{type(obj).__qualname__}, which has no rank-independent fingerprint; pass what "
-            "the ranks must agree on instead (its tensors, shapes, adapter ids, slot maps) as "
-            "a dict, list or dataclass of tensors, ints and strings."
-        )
+        return "mapping", [(f"{path}[{_key_text(key, path)}]", obj[key])
+                           for key in sorted(obj, key=_order)]
+    if isinstance(obj, (Set, frozenset)):
+        return "set", [(f"{path}{{{_key_text(item, path)}}}", _PRESENT)
+                       for item in sorted(obj, key=_order)]
+    if isinstance(obj, Sequence) and not isinstance(obj, (str, bytes)):
+        return "sequence", [(f"{path}[{i}]", item) for i, item in enumerate(obj)]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return type(obj).__name__, [(f"{path}.{f.name}", getattr(obj, f.name))
+                                    for f in dataclasses.fields(obj)]
+    raise TypeError(
+        f"lora_guard.rank_fingerprint: {path} is a {type(obj).__module__}."
+        f"{type(obj).__qualname__}, which has no rank-independent fingerprint; pass what "
+        "the ranks must agree on instead (its tensors, shapes, adapter ids, slot maps) as "
+        "a dict, list or dataclass of tensors, ints and strings."
+    )
 
 
 def _describe_leaf(obj: Any) -> str | None:
@@ -128,6 +144,16 @@ def _describe_leaf(obj: Any) -> str | None:
     if torch is not None and isinstance(obj, torch.Tensor):
         return (f"tensor {tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')} "
                 f"{obj.device.type}")
+    scalar = _describe_scalar(obj)
+    if scalar is not None:
+        return scalar
+    if kind.__module__ == "torch":
+        return _describe_torch_object(obj)
+    return _describe_tensor_like(obj)
+
+
+def _describe_scalar(obj: Any) -> str | None:
+    """Bools, enums, ints, floats, strings and bytes (subclasses included), else None."""
     if isinstance(obj, bool):
         return repr(obj)
     if isinstance(obj, enum.Enum):
@@ -138,21 +164,29 @@ def _describe_leaf(obj: Any) -> str | None:
         return "nan" if math.isnan(obj) else repr(obj)
     if isinstance(obj, (str, bytes)):
         return repr(obj)
-    if kind.__module__ == "torch":
-        name = kind.__name__
-        if name == "dtype":
-            return f"dtype {dtype_name(obj)}"
-        if name == "device":
-            return f"device {obj.type}"
-        if name == "Size":
-            return None  # a tuple of ints: walked as a sequence
-    if hasattr(obj, "shape") and hasattr(obj, "dtype"):
-        shape = shape_of(obj)
-        if shape is not None:
-            device_type = getattr(getattr(obj, "device", None), "type", None)
-            where = f" {device_type}" if isinstance(device_type, str) else ""
-            return f"tensor {shape} {dtype_name(obj)}{where}"
     return None
+
+
+def _describe_torch_object(obj: Any) -> str | None:
+    """A torch dtype or device; None for a ``torch.Size`` (walked as a sequence)."""
+    name = type(obj).__name__
+    if name == "dtype":
+        return f"dtype {dtype_name(obj)}"
+    if name == "device":
+        return f"device {obj.type}"
+    return _describe_tensor_like(obj) if name != "Size" else None
+
+
+def _describe_tensor_like(obj: Any) -> str | None:
+    """Tensor metadata (anything with ``.shape`` and ``.dtype``), else None."""
+    if not (hasattr(obj, "shape") and hasattr(obj, "dtype")):
+        return None
+    shape = shape_of(obj)
+    if shape is None:
+        return None
+    device_type = getattr(getattr(obj, "device", None), "type", None)
+    where = f" {device_type}" if isinstance(device_type, str) else ""
+    return f"tensor {shape} {dtype_name(obj)}{where}"
 
 
 def _order(key: Any) -> tuple[str, Any]:
@@ -405,10 +439,15 @@ def _check(
     return _divergence(subject, ranks, gathered)
 
 
+_UNSET: Any = object()
+
+
 def assert_rank_consistent(
     state: Any,
-    group: ProcessGroup | None = None,
+    _group: ProcessGroup | None = _UNSET,
+    /,
     *,
+    group: ProcessGroup | None = None,
     timeout: float | timedelta = DEFAULT_TIMEOUT,
     subject: str = "rank state",
 ) -> None:
@@ -416,8 +455,10 @@ def assert_rank_consistent(
 
     ``state`` is what the ranks must agree on: pool shapes, slot maps, adapter ids, as a
     nesting of mappings, sequences, sets and tensors (see `rank_fingerprint`; tensors count by
-    shape, dtype and device type, never by data). Every rank of ``group`` (the default group
-    when None) must call it at the same point, like any collective.
+    shape, dtype and device type, never by data). Every rank of ``group`` (keyword-only, as
+    every option of lora_guard; the default group when None) must call it at the same point,
+    like any collective. Passing the group by position still works, with a
+    ``DeprecationWarning``.
 
     The ranks exchange a 16-byte digest of their fingerprint (one small collective); only when
     the digests differ are the full fingerprints exchanged, and then every rank reports LG301
@@ -443,6 +484,15 @@ def assert_rank_consistent(
             lora_guard.RankDivergenceError: LG301 rank-divergence: rank state: ranks [1]
             differ from rank 0 at state['uid_to_slot']['math']: rank 1 has 1, rank 0 has 0.
     """
+    if _group is not _UNSET:
+        warnings.warn(
+            "lora_guard.assert_rank_consistent(state, group): passing the group by position is "
+            "deprecated; pass it as group=..., as guard_rank_consistency and rank_fingerprint "
+            "take their options.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        group = _group
     seconds = _check_timeout(timeout, "lora_guard.assert_rank_consistent")
     if not isinstance(subject, str):
         raise TypeError(f"lora_guard.assert_rank_consistent(subject=...) must be a string, "
@@ -463,14 +513,14 @@ def assert_rank_consistent(
     report(violations)
 
 
-def rank_consistent(
-    state: Callable[..., Any],
+def guard_rank_consistency(
     *,
+    state: Callable[..., Any],
     group: ProcessGroup | Callable[..., Any] | None = None,
     timeout: float | timedelta = DEFAULT_TIMEOUT,
     subject: str | None = None,
 ) -> Callable[[F], F]:
-    """Check, after each call, that every rank ended in the same state (LG301 if not).
+    """Decorator: check, after each call, that every rank ended in the same state (LG301).
 
     For a method whose effect must agree across tensor-parallel ranks (loading or unloading
     an adapter, preparing a batch's slot map). After the method returns, or raises, ``state``
@@ -481,14 +531,15 @@ def rank_consistent(
 
     On a rank whose call raised, the original error propagates when the ranks agree, and is
     the cause of LG301 when they do not. Every rank must make the call, as with any
-    collective. In mode ``off`` the decorator returns the method undecorated.
+    collective. In mode ``off`` the decorator returns the method undecorated. Formerly
+    ``rank_consistent``, which still works with a ``DeprecationWarning``.
 
     Example:
         >>> import lora_guard as lg
         >>> class Pool:
         ...     def __init__(self):
         ...         self.uid_to_slot = {}
-        ...     @lg.rank_consistent(state=lambda self: self.uid_to_slot)
+        ...     @lg.guard_rank_consistency(state=lambda self: self.uid_to_slot)
         ...     def load(self, uid):
         ...         self.uid_to_slot[uid] = len(self.uid_to_slot)
         >>> pool = Pool()
@@ -496,62 +547,103 @@ def rank_consistent(
         >>> pool.uid_to_slot
         {'math': 0}
     """
+    where = "lora_guard.guard_rank_consistency"
     if not callable(state):
         raise TypeError(
-            "lora_guard.rank_consistent(state=...) takes a callable over the instance that "
-            "returns what the ranks must agree on, e.g. state=lambda self: "
+            f"{where}(state=...) takes a callable over the instance that returns what the "
+            "ranks must agree on, e.g. state=lambda self: "
             f"{{'slots': self.uid_to_slot}}; got {type(state).__name__}"
         )
-    seconds = _check_timeout(timeout, "lora_guard.rank_consistent")
+    seconds = _check_timeout(timeout, where)
     if subject is not None and not isinstance(subject, str):
-        raise TypeError(f"lora_guard.rank_consistent(subject=...) must be a string, got "
-                        f"{type(subject).__name__}")
+        raise TypeError(f"{where}(subject=...) must be a string, got {type(subject).__name__}")
 
     def decorate(fn: F) -> F:
         if STATE.off:
             return fn
         if not callable(fn):
-            raise TypeError(
-                f"lora_guard.rank_consistent decorates a function, got {type(fn).__name__}"
-            )
-        name: str = subject or str(getattr(fn, "__qualname__", repr(fn)))
+            raise TypeError(f"{where} decorates a function, got {type(fn).__name__}")
+        guard = _RankGuard(fn, state, group, seconds,
+                           subject or str(getattr(fn, "__qualname__", repr(fn))))
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if _stands_aside():
-                return fn(*args, **kwargs)
-            failure: BaseException | None = None
-            result: Any = None
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:  # compared across ranks, then re-raised
-                failure = exc
-            owner = args[:1]
-            chosen = group(*owner) if callable(group) else group
-            ranks = _group_ranks(chosen)
-            if ranks is None:
-                if failure is not None:
-                    raise failure
-                return result
-            outcome = "returned" if failure is None else f"raised {type(failure).__name__}"
-            local: dict[str, str] | BaseException
-            try:
-                local = {"outcome": outcome, **rank_fingerprint(state(*owner))}
-            except Exception as exc:
-                local = exc
-            violations = _check(local, ranks, timeout=seconds, subject=name)
-            if isinstance(local, BaseException):
-                raise local from failure
-            try:
-                report(violations)
-            except BaseException as exc:
-                if failure is not None:
-                    raise exc from failure
-                raise
-            if failure is not None:
-                raise failure
-            return result
+            return guard.call(*args, **kwargs)
 
         return cast(F, wrapper)
 
     return decorate
+
+
+@dataclasses.dataclass(frozen=True)
+class _RankGuard:
+    """One method under `guard_rank_consistency`: call it, then compare the ranks."""
+
+    fn: Callable[..., Any]
+    state: Callable[..., Any]
+    group: Any
+    timeout: float
+    subject: str
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        if _stands_aside():
+            return self.fn(*args, **kwargs)
+        failure: BaseException | None = None
+        result: Any = None
+        try:
+            result = self.fn(*args, **kwargs)
+        except Exception as exc:  # compared across ranks, then re-raised
+            failure = exc
+        owner = args[:1]
+        ranks = _group_ranks(self.group(*owner) if callable(self.group) else self.group)
+        if ranks is not None:
+            self._compare(owner, ranks, failure)
+        if failure is not None:
+            raise failure
+        return result
+
+    def _compare(self, owner: tuple[Any, ...], ranks: tuple[int, ...],
+                 failure: BaseException | None) -> None:
+        outcome = "returned" if failure is None else f"raised {type(failure).__name__}"
+        local: dict[str, str] | BaseException
+        try:
+            local = {"outcome": outcome, **rank_fingerprint(self.state(*owner))}
+        except Exception as exc:
+            local = exc
+        violations = _check(local, ranks, timeout=self.timeout, subject=self.subject)
+        if isinstance(local, BaseException):
+            raise local from failure
+        try:
+            report(violations)
+        except BaseException as exc:
+            if failure is not None:
+                raise exc from failure
+            raise
+
+
+def rank_consistent(
+    state: Callable[..., Any],
+    *,
+    group: ProcessGroup | Callable[..., Any] | None = None,
+    timeout: float | timedelta = DEFAULT_TIMEOUT,
+    subject: str | None = None,
+) -> Callable[[F], F]:
+    """Deprecated name of `guard_rank_consistency` (a decorator, not a predicate).
+
+    Warns with a ``DeprecationWarning`` naming the new name, then behaves exactly like it.
+
+    Example:
+        >>> import warnings, lora_guard as lg
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     decorate = lg.rank_consistent(state=lambda self: {})
+        >>> "guard_rank_consistency" in str(caught[0].message)
+        True
+    """
+    warnings.warn(
+        "lora_guard.rank_consistent is deprecated: use @lora_guard.guard_rank_consistency("
+        "state=...), the same decorator under a name that reads as one.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return guard_rank_consistency(state=state, group=group, timeout=timeout, subject=subject)

@@ -15,7 +15,8 @@ import pickle
 import re
 import struct
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from lora_guard._reading.safetensors import encode_header, safetensors_code, write_safetensors
@@ -154,6 +155,25 @@ def _validate(
         ("num_kv_heads", num_kv_heads), ("vocab_size", vocab_size), ("experts", experts),
     ):
         _positive(name, value)
+    _validate_heads(hidden_size, num_heads, num_kv_heads)
+    if alpha is not None and (
+        isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0
+    ):
+        raise ValueError(f"write_adapter(alpha=...) must be a positive number, got {alpha!r}")
+    target_tuple = _validate_targets(targets)
+    if dtype not in _DTYPES:
+        raise ValueError(f"write_adapter(dtype=...) must be one of {_DTYPES}, got {dtype!r}")
+    _validate_moe(moe_layout, target_tuple)
+    _validate_rank_pattern(rank_pattern)
+    if config_overrides is not None and not isinstance(config_overrides, Mapping):
+        raise ValueError(
+            "write_adapter(config_overrides=...) must be a mapping of adapter_config.json "
+            f"fields, got {type(config_overrides).__name__}"
+        )
+    return target_tuple, _validate_defects(defects)
+
+
+def _validate_heads(hidden_size: int, num_heads: int, num_kv_heads: int) -> None:
     if hidden_size % num_heads:
         raise ValueError(
             f"write_adapter: hidden_size {hidden_size} is not a multiple of num_heads "
@@ -164,10 +184,9 @@ def _validate(
             f"write_adapter: num_heads {num_heads} is not a multiple of num_kv_heads "
             f"{num_kv_heads}"
         )
-    if alpha is not None and (
-        isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0
-    ):
-        raise ValueError(f"write_adapter(alpha=...) must be a positive number, got {alpha!r}")
+
+
+def _validate_targets(targets: Iterable[str]) -> tuple[str, ...]:
     if isinstance(targets, str):
         raise ValueError(
             f"write_adapter(targets=...) takes a sequence of module names, got the string "
@@ -182,48 +201,51 @@ def _validate(
         )
     if len(set(target_tuple)) != len(target_tuple):
         raise ValueError(f"write_adapter(targets=...) repeats a module: {list(target_tuple)}")
-    if dtype not in _DTYPES:
-        raise ValueError(f"write_adapter(dtype=...) must be one of {_DTYPES}, got {dtype!r}")
-    if moe_layout is not None:
-        if moe_layout not in _MOE_LAYOUTS:
-            raise ValueError(
-                f"write_adapter(moe_layout=...) must be None or one of {_MOE_LAYOUTS}, "
-                f"got {moe_layout!r}"
-            )
-        if not any(t in MLP_TARGETS for t in target_tuple):
-            raise ValueError(
-                f"write_adapter(moe_layout={moe_layout!r}) needs an MLP target "
-                f"({', '.join(MLP_TARGETS)}) in targets, got {list(target_tuple)}"
-            )
-    if rank_pattern is not None:
-        if not isinstance(rank_pattern, Mapping):
-            raise ValueError(
-                "write_adapter(rank_pattern=...) must map a module-name regex to a rank, "
-                f"got {type(rank_pattern).__name__}"
-            )
-        for key, value in rank_pattern.items():
-            _positive(f"rank_pattern[{key!r}]", value)
-            try:
-                re.compile(key)
-            except re.error as exc:
-                raise ValueError(
-                    f"write_adapter(rank_pattern=...) key {key!r} is not a regex: {exc}"
-                ) from None
-    if config_overrides is not None and not isinstance(config_overrides, Mapping):
+    return target_tuple
+
+
+def _validate_moe(moe_layout: str | None, target_tuple: tuple[str, ...]) -> None:
+    if moe_layout is None:
+        return
+    if moe_layout not in _MOE_LAYOUTS:
         raise ValueError(
-            "write_adapter(config_overrides=...) must be a mapping of adapter_config.json "
-            f"fields, got {type(config_overrides).__name__}"
+            f"write_adapter(moe_layout=...) must be None or one of {_MOE_LAYOUTS}, "
+            f"got {moe_layout!r}"
         )
-    if isinstance(defects, str):
-        defects = (defects,)
-    defect_tuple = tuple(defects)
+    if not any(t in MLP_TARGETS for t in target_tuple):
+        raise ValueError(
+            f"write_adapter(moe_layout={moe_layout!r}) needs an MLP target "
+            f"({', '.join(MLP_TARGETS)}) in targets, got {list(target_tuple)}"
+        )
+
+
+def _validate_rank_pattern(rank_pattern: Mapping[str, int] | None) -> None:
+    if rank_pattern is None:
+        return
+    if not isinstance(rank_pattern, Mapping):
+        raise ValueError(
+            "write_adapter(rank_pattern=...) must map a module-name regex to a rank, "
+            f"got {type(rank_pattern).__name__}"
+        )
+    for key, value in rank_pattern.items():
+        _positive(f"rank_pattern[{key!r}]", value)
+        try:
+            re.compile(key)
+        except re.error as exc:
+            raise ValueError(
+                f"write_adapter(rank_pattern=...) key {key!r} is not a regex: {exc}"
+            ) from None
+
+
+def _validate_defects(defects: Iterable[str]) -> tuple[str, ...]:
+    defect_tuple = (defects,) if isinstance(defects, str) else tuple(defects)
     unknown = [d for d in defect_tuple if d not in DEFECTS]
     if unknown:
         raise ValueError(
             f"write_adapter(defects=...) got unknown defect(s) {unknown}; known defects: "
             f"{', '.join(sorted(DEFECTS))}"
         )
-    return target_tuple, defect_tuple
+    return defect_tuple
 
 
 def _rank_for(name: str, rank: int, rank_pattern: Mapping[str, int]) -> int:
@@ -309,87 +331,17 @@ def write_adapter(
         vocab_size=vocab_size, dtype=dtype, moe_layout=moe_layout, experts=experts,
         rank_pattern=rank_pattern, config_overrides=config_overrides, defects=defects,
     )
-    pattern = dict(rank_pattern or {})
-    head_dim = hidden_size // num_heads
-    dims = {
-        "q_proj": (hidden_size, num_heads * head_dim),
-        "k_proj": (hidden_size, num_kv_heads * head_dim),
-        "v_proj": (hidden_size, num_kv_heads * head_dim),
-        "o_proj": (num_heads * head_dim, hidden_size),
-        "gate_proj": (hidden_size, intermediate_size),
-        "up_proj": (hidden_size, intermediate_size),
-        "down_proj": (intermediate_size, hidden_size),
-    }
-    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
-
-    def pair(module: str, rank_: int, in_dim: int, out_dim: int) -> None:
-        tensors[f"{_PREFIX}{module}.lora_A.weight"] = (dtype, (rank_, in_dim))
-        tensors[f"{_PREFIX}{module}.lora_B.weight"] = (dtype, (out_dim, rank_))
-
-    moe_targets = [t for t in target_tuple if t in MLP_TARGETS] if moe_layout else []
-    target_parameters: list[str] | None = None
-    for layer in range(layers):
-        for target in target_tuple:
-            if target in _EMBEDDINGS or target in moe_targets:
-                continue
-            module = f"model.layers.{layer}.{'self_attn' if target in ATTENTION_TARGETS else 'mlp'}"
-            module = f"{module}.{target}"
-            pair(module, _rank_for(module, rank, pattern), *dims[target])
-        if moe_layout == "per-expert":
-            for expert in range(experts):
-                for target in moe_targets:
-                    module = f"model.layers.{layer}.mlp.experts.{expert}.{target}"
-                    pair(module, _rank_for(module, rank, pattern), *dims[target])
-        elif moe_layout in ("packed", "shared-outer"):
-            outer = 1 if moe_layout == "shared-outer" else experts
-            base = f"{_PREFIX}model.layers.{layer}.mlp.experts"
-            if "gate_proj" in moe_targets or "up_proj" in moe_targets:
-                tensors[f"{base}.gate_up_proj.lora_A.weight"] = (
-                    dtype, (outer, 2 * rank, hidden_size))
-                tensors[f"{base}.gate_up_proj.lora_B.weight"] = (
-                    dtype, (experts, 2 * intermediate_size, rank))
-            if "down_proj" in moe_targets:
-                tensors[f"{base}.down_proj.lora_A.weight"] = (
-                    dtype, (experts, rank, intermediate_size))
-                tensors[f"{base}.down_proj.lora_B.weight"] = (
-                    dtype, (outer, hidden_size, rank))
-        elif moe_layout == "flat":
-            # PEFT nests one ParamWrapper per targeted parameter, in the experts module's
-            # registration order (gate_up before down): the first is the innermost.
-            target_parameters = []
-            if "gate_proj" in moe_targets or "up_proj" in moe_targets:
-                target_parameters.append("mlp.experts.gate_up_proj")
-            if "down_proj" in moe_targets:
-                target_parameters.append("mlp.experts.down_proj")
-            flat_dims = {
-                "mlp.experts.gate_up_proj": (hidden_size, 2 * intermediate_size),
-                "mlp.experts.down_proj": (intermediate_size, hidden_size),
-            }
-            depth = len(target_parameters)
-            for i, parameter in enumerate(target_parameters):
-                module = f"model.layers.{layer}.mlp.experts" + ".base_layer" * (depth - 1 - i)
-                pair(module, rank * experts, *flat_dims[parameter])
-    if "embed_tokens" in target_tuple:
-        module = "model.embed_tokens"
-        rank_ = _rank_for(module, rank, pattern)
-        tensors[f"{_PREFIX}{module}.lora_embedding_A"] = (dtype, (rank_, vocab_size))
-        tensors[f"{_PREFIX}{module}.lora_embedding_B"] = (dtype, (hidden_size, rank_))
-        tensors[f"{_PREFIX}{module}.base_layer.weight"] = (dtype, (vocab_size, hidden_size))
-    if "lm_head" in target_tuple:
-        rank_ = _rank_for("lm_head", rank, pattern)
-        pair("lm_head", rank_, hidden_size, vocab_size)
-        tensors[f"{_PREFIX}lm_head.base_layer.weight"] = (dtype, (vocab_size, hidden_size))
-
-    target_modules = sorted(t for t in target_tuple if t not in moe_targets or moe_layout != "flat")
-    if moe_layout in ("packed", "shared-outer"):
-        target_modules = sorted(
-            {t for t in target_modules if t not in ("gate_proj", "up_proj")}
-            | ({"gate_up_proj"} if {"gate_proj", "up_proj"} & set(moe_targets) else set())
-        )
+    plan = _Plan(
+        rank=rank, pattern=dict(rank_pattern or {}), targets=target_tuple, layers=layers,
+        hidden_size=hidden_size, intermediate_size=intermediate_size, num_heads=num_heads,
+        num_kv_heads=num_kv_heads, vocab_size=vocab_size, dtype=dtype, moe_layout=moe_layout,
+        experts=experts,
+    )
+    tensors, target_parameters = plan.tensors()
     config = _peft_config(
-        rank=rank, alpha=rank if alpha is None else alpha, target_modules=target_modules,
+        rank=rank, alpha=rank if alpha is None else alpha, target_modules=plan.target_modules(),
         target_parameters=None if target_parameters is None else sorted(target_parameters),
-        rank_pattern=pattern, base_model=base_model,
+        rank_pattern=plan.pattern, base_model=base_model,
     )
     _apply_content_defects(defect_tuple, tensors, config, dtype=dtype, rank=rank,
                            layers=layers, hidden_size=hidden_size, vocab_size=vocab_size)
@@ -401,6 +353,134 @@ def write_adapter(
     _write_config(folder, config, defect_tuple)
     _write_weights(folder, tensors, defect_tuple)
     return folder
+
+
+_Tensors = dict[str, tuple[str, tuple[int, ...]]]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The tensors and target modules of one adapter, from `write_adapter`'s arguments."""
+
+    rank: int
+    pattern: dict[str, int]
+    targets: tuple[str, ...]
+    layers: int
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    vocab_size: int
+    dtype: str
+    moe_layout: str | None
+    experts: int
+
+    @property
+    def moe_targets(self) -> list[str]:
+        return [t for t in self.targets if t in MLP_TARGETS] if self.moe_layout else []
+
+    def dims(self, target: str) -> tuple[int, int]:
+        head_dim = self.hidden_size // self.num_heads
+        hidden, inner = self.hidden_size, self.intermediate_size
+        return {
+            "q_proj": (hidden, self.num_heads * head_dim),
+            "k_proj": (hidden, self.num_kv_heads * head_dim),
+            "v_proj": (hidden, self.num_kv_heads * head_dim),
+            "o_proj": (self.num_heads * head_dim, hidden),
+            "gate_proj": (hidden, inner),
+            "up_proj": (hidden, inner),
+            "down_proj": (inner, hidden),
+        }[target]
+
+    def tensors(self) -> tuple[_Tensors, list[str] | None]:
+        """Every tensor (name -> dtype, shape), and PEFT's ``target_parameters`` (flat MoE)."""
+        tensors: _Tensors = {}
+        target_parameters: list[str] | None = None
+        for layer in range(self.layers):
+            self._dense(tensors, layer)
+            if self.moe_layout == "per-expert":
+                self._per_expert(tensors, layer)
+            elif self.moe_layout in ("packed", "shared-outer"):
+                self._packed(tensors, layer)
+            elif self.moe_layout == "flat":
+                target_parameters = self._flat(tensors, layer)
+        self._embeddings(tensors)
+        return tensors, target_parameters
+
+    def target_modules(self) -> list[str]:
+        """``target_modules`` as PEFT saves it for this layout."""
+        moe = self.moe_targets
+        names = sorted(t for t in self.targets if t not in moe or self.moe_layout != "flat")
+        if self.moe_layout not in ("packed", "shared-outer"):
+            return names
+        fused = {"gate_up_proj"} if {"gate_proj", "up_proj"} & set(moe) else set()
+        return sorted({t for t in names if t not in ("gate_proj", "up_proj")} | fused)
+
+    def _pair(self, tensors: _Tensors, module: str, rank: int, in_dim: int,
+              out_dim: int) -> None:
+        tensors[f"{_PREFIX}{module}.lora_A.weight"] = (self.dtype, (rank, in_dim))
+        tensors[f"{_PREFIX}{module}.lora_B.weight"] = (self.dtype, (out_dim, rank))
+
+    def _dense(self, tensors: _Tensors, layer: int) -> None:
+        moe = self.moe_targets
+        for target in self.targets:
+            if target in _EMBEDDINGS or target in moe:
+                continue
+            block = "self_attn" if target in ATTENTION_TARGETS else "mlp"
+            module = f"model.layers.{layer}.{block}.{target}"
+            self._pair(tensors, module, _rank_for(module, self.rank, self.pattern),
+                       *self.dims(target))
+
+    def _per_expert(self, tensors: _Tensors, layer: int) -> None:
+        for expert in range(self.experts):
+            for target in self.moe_targets:
+                module = f"model.layers.{layer}.mlp.experts.{expert}.{target}"
+                self._pair(tensors, module, _rank_for(module, self.rank, self.pattern),
+                           *self.dims(target))
+
+    def _packed(self, tensors: _Tensors, layer: int) -> None:
+        outer = 1 if self.moe_layout == "shared-outer" else self.experts
+        base = f"{_PREFIX}model.layers.{layer}.mlp.experts"
+        rank, hidden, inner, dtype = (self.rank, self.hidden_size, self.intermediate_size,
+                                      self.dtype)
+        if {"gate_proj", "up_proj"} & set(self.moe_targets):
+            tensors[f"{base}.gate_up_proj.lora_A.weight"] = (dtype, (outer, 2 * rank, hidden))
+            tensors[f"{base}.gate_up_proj.lora_B.weight"] = (
+                dtype, (self.experts, 2 * inner, rank))
+        if "down_proj" in self.moe_targets:
+            tensors[f"{base}.down_proj.lora_A.weight"] = (dtype, (self.experts, rank, inner))
+            tensors[f"{base}.down_proj.lora_B.weight"] = (dtype, (outer, hidden, rank))
+
+    def _flat(self, tensors: _Tensors, layer: int) -> list[str]:
+        # PEFT nests one ParamWrapper per targeted parameter, in the experts module's
+        # registration order (gate_up before down): the first is the innermost.
+        target_parameters = []
+        if {"gate_proj", "up_proj"} & set(self.moe_targets):
+            target_parameters.append("mlp.experts.gate_up_proj")
+        if "down_proj" in self.moe_targets:
+            target_parameters.append("mlp.experts.down_proj")
+        flat_dims = {
+            "mlp.experts.gate_up_proj": (self.hidden_size, 2 * self.intermediate_size),
+            "mlp.experts.down_proj": (self.intermediate_size, self.hidden_size),
+        }
+        depth = len(target_parameters)
+        for i, parameter in enumerate(target_parameters):
+            module = f"model.layers.{layer}.mlp.experts" + ".base_layer" * (depth - 1 - i)
+            self._pair(tensors, module, self.rank * self.experts, *flat_dims[parameter])
+        return target_parameters
+
+    def _embeddings(self, tensors: _Tensors) -> None:
+        vocab, hidden, dtype = self.vocab_size, self.hidden_size, self.dtype
+        if "embed_tokens" in self.targets:
+            module = f"{_PREFIX}model.embed_tokens"
+            rank = _rank_for("model.embed_tokens", self.rank, self.pattern)
+            tensors[f"{module}.lora_embedding_A"] = (dtype, (rank, vocab))
+            tensors[f"{module}.lora_embedding_B"] = (dtype, (hidden, rank))
+            tensors[f"{module}.base_layer.weight"] = (dtype, (vocab, hidden))
+        if "lm_head" in self.targets:
+            self._pair(tensors, "lm_head", _rank_for("lm_head", self.rank, self.pattern),
+                       hidden, vocab)
+            tensors[f"{_PREFIX}lm_head.base_layer.weight"] = (dtype, (vocab, hidden))
 
 
 def _apply_content_defects(
@@ -421,52 +501,126 @@ def _apply_content_defects(
     module = first_a.rsplit(".lora_", 1)[0]
     first_b = next(k for k in sorted(tensors) if k.startswith(module + ".lora_")
                    and ("lora_B" in k or "lora_embedding_B" in k))
+    target = _Defective(tensors, config, dtype, rank, layers, hidden_size, vocab_size,
+                        first_a, first_b, module)
     for defect in defects:
-        if defect == "orphan-b":  # lora_B without its lora_A
-            del tensors[first_a]
-        elif defect == "orphan-a":
-            del tensors[first_b]
-        elif defect == "rank-mismatch":
-            dt, shape = tensors[first_b]
-            tensors[first_b] = (dt, (*shape[:-1], shape[-1] + 1))
-        elif defect == "config-rank":
-            config["r"] = rank * 2
-            config["lora_alpha"] = config["lora_alpha"] * 2
-        elif defect == "empty-tensor":
-            dt, shape = tensors[first_a]
-            tensors[first_a] = (dt, (0, *shape[1:]))
-        elif defect == "mixed-dtype":
-            dt, shape = tensors[first_b]
-            tensors[first_b] = ("float32" if dtype != "float32" else "bfloat16", shape)
-        elif defect == "bad-key":
-            tensors[f"{module}.lora_C.weight"] = (dtype, (rank, hidden_size))
-        elif defect == "dora":
-            config["use_dora"] = True
-            for key in [k for k in tensors if k.endswith(".lora_B.weight")]:
-                out_dim = tensors[key][1][-2] if len(tensors[key][1]) == 2 else 0
-                if out_dim:
-                    tensors[key.replace(".lora_B.weight", ".lora_magnitude_vector")] = (
-                        dtype, (out_dim,))
-        elif defect == "lora-bias":
-            config["lora_bias"] = True
-            for key in [k for k in tensors if k.endswith(".lora_B.weight")]:
-                if len(tensors[key][1]) == 2:
-                    tensors[key.replace(".weight", ".bias")] = (dtype, (tensors[key][1][0],))
-        elif defect == "modules-to-save":
-            config["modules_to_save"] = ["lm_head"]
-            tensors[f"{_PREFIX}lm_head.weight"] = (dtype, (vocab_size, hidden_size))
-        elif defect == "bias-all":
-            config["bias"] = "all"
-        elif defect == "trainable-tokens":
-            config["trainable_token_indices"] = [1, 2]
-            tensors[f"{_PREFIX}model.embed_tokens.token_adapter.trainable_tokens_delta"] = (
-                dtype, (2, hidden_size))
-        elif defect == "layer-out-of-range":
-            for key in [k for k in tensors if f".layers.{layers - 1}." in k]:
-                tensors[key.replace(f".layers.{layers - 1}.", f".layers.{layers}.")] = (
-                    tensors.pop(key))
-        elif defect == "config-not-lora":
-            config["peft_type"] = "IA3"
+        apply = _CONTENT_DEFECTS.get(defect)
+        if apply is not None:  # the others are written by _write_config / _write_weights
+            apply(target)
+
+
+@dataclass(frozen=True)
+class _Defective:
+    """An adapter being written, and the first LoRA pair a defect breaks."""
+
+    tensors: _Tensors
+    config: dict[str, Any]
+    dtype: str
+    rank: int
+    layers: int
+    hidden_size: int
+    vocab_size: int
+    first_a: str
+    first_b: str
+    module: str
+
+    def resize(self, key: str, shape: tuple[int, ...]) -> None:
+        self.tensors[key] = (self.tensors[key][0], shape)
+
+    def outputs(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Each 2D ``lora_B`` key with its shape (out, rank)."""
+        return [(k, shape) for k, (_, shape) in list(self.tensors.items())
+                if k.endswith(".lora_B.weight") and len(shape) == 2]
+
+
+def _orphan_b(a: _Defective) -> None:  # lora_B without its lora_A
+    del a.tensors[a.first_a]
+
+
+def _orphan_a(a: _Defective) -> None:
+    del a.tensors[a.first_b]
+
+
+def _rank_mismatch(a: _Defective) -> None:
+    shape = a.tensors[a.first_b][1]
+    a.resize(a.first_b, (*shape[:-1], shape[-1] + 1))
+
+
+def _config_rank(a: _Defective) -> None:
+    a.config["r"] = a.rank * 2
+    a.config["lora_alpha"] = a.config["lora_alpha"] * 2
+
+
+def _empty_tensor(a: _Defective) -> None:
+    shape = a.tensors[a.first_a][1]
+    a.resize(a.first_a, (0, *shape[1:]))
+
+
+def _mixed_dtype(a: _Defective) -> None:
+    other = "float32" if a.dtype != "float32" else "bfloat16"
+    a.tensors[a.first_b] = (other, a.tensors[a.first_b][1])
+
+
+def _bad_key(a: _Defective) -> None:
+    a.tensors[f"{a.module}.lora_C.weight"] = (a.dtype, (a.rank, a.hidden_size))
+
+
+def _dora(a: _Defective) -> None:
+    a.config["use_dora"] = True
+    for key, shape in a.outputs():
+        if shape[0]:
+            a.tensors[key.replace(".lora_B.weight", ".lora_magnitude_vector")] = (
+                a.dtype, (shape[0],))
+
+
+def _lora_bias(a: _Defective) -> None:
+    a.config["lora_bias"] = True
+    for key, shape in a.outputs():
+        a.tensors[key.replace(".weight", ".bias")] = (a.dtype, (shape[0],))
+
+
+def _modules_to_save(a: _Defective) -> None:
+    a.config["modules_to_save"] = ["lm_head"]
+    a.tensors[f"{_PREFIX}lm_head.weight"] = (a.dtype, (a.vocab_size, a.hidden_size))
+
+
+def _bias_all(a: _Defective) -> None:
+    a.config["bias"] = "all"
+
+
+def _trainable_tokens(a: _Defective) -> None:
+    a.config["trainable_token_indices"] = [1, 2]
+    a.tensors[f"{_PREFIX}model.embed_tokens.token_adapter.trainable_tokens_delta"] = (
+        a.dtype, (2, a.hidden_size))
+
+
+def _layer_out_of_range(a: _Defective) -> None:
+    last, beyond = f".layers.{a.layers - 1}.", f".layers.{a.layers}."
+    for key in [k for k in a.tensors if last in k]:
+        a.tensors[key.replace(last, beyond)] = a.tensors.pop(key)
+
+
+def _config_not_lora(a: _Defective) -> None:
+    a.config["peft_type"] = "IA3"
+
+
+_CONTENT_DEFECTS: Mapping[str, Callable[[_Defective], None]] = {
+    "orphan-b": _orphan_b,
+    "orphan-a": _orphan_a,
+    "rank-mismatch": _rank_mismatch,
+    "config-rank": _config_rank,
+    "empty-tensor": _empty_tensor,
+    "mixed-dtype": _mixed_dtype,
+    "bad-key": _bad_key,
+    "dora": _dora,
+    "lora-bias": _lora_bias,
+    "modules-to-save": _modules_to_save,
+    "bias-all": _bias_all,
+    "trainable-tokens": _trainable_tokens,
+    "layer-out-of-range": _layer_out_of_range,
+    "config-not-lora": _config_not_lora,
+}
+"""The defects in the adapter's content (config and tensors), by name."""
 
 
 def _write_config(folder: pathlib.Path, config: Mapping[str, Any], defects: tuple[str, ...]
@@ -499,43 +653,93 @@ def _write_weights(
         [(name, safetensors_code(dt), shape) for name, (dt, shape) in tensors.items()],
         {"format": "pt"},
     )
-    names = [k for k in header if k != "__metadata__"]
-    length: int | None = None
-    raw: bytes | None = None
-    if "unknown-dtype" in defects:
-        header[names[0]]["dtype"] = "F13"
-    if "negative-shape" in defects:
-        header[names[0]]["shape"] = [-1, *header[names[0]]["shape"][1:]]
-    if "offsets-past-end" in defects:  # the header promises more data than the file holds
-        data_size -= min(data_size, 16)
-    if "offsets-overlap" in defects and len(names) > 1:
-        ordered = sorted(names, key=lambda n: header[n]["data_offsets"][0])
-        second = ordered[1]
-        begin, end = header[second]["data_offsets"]
-        shift = min(begin, 2)
-        header[second]["data_offsets"] = [begin - shift, end - shift]
-    if "trailing-bytes" in defects:
-        data_size += 16
-    if "invalid-header-json" in defects:
-        raw = b'{"__metadata__": {"format": "pt"}, "x": {'
-        raw += b" " * (-len(raw) % 8)
-    if "duplicate-key" in defects:
-        text = json.dumps(header, separators=(",", ":"))
-        first = json.dumps({names[0]: header[names[0]]}, separators=(",", ":"))[1:-1]
-        raw = (text[:-1] + "," + first + "}").encode()
-        raw += b" " * (-len(raw) % 8)
-    if "oversized-header" in defects:
-        length = 2**40
+    draft = _Header(header, [k for k in header if k != "__metadata__"], data_size)
+    for defect, apply in _HEADER_DEFECTS.items():  # in the table's order, each once
+        if defect in defects:
+            apply(draft)
     out = target
     if "symlink-escape" in defects:
         out = folder.parent / f"{folder.name}.outside.safetensors"
-    write_safetensors(out, raw if raw is not None else header, data_size, length=length)
+    write_safetensors(out, draft.raw if draft.raw is not None else draft.header,
+                      draft.data_size, length=draft.length)
     if "truncated-header" in defects:
-        size = out.stat().st_size
-        with open(out, "r+b") as f:
-            (header_len,) = struct.unpack("<Q", f.read(8))
-            f.truncate(min(size, 8 + header_len // 2))
+        _truncate_header(out)
     if out != target:
         if target.exists() or target.is_symlink():
             target.unlink()
         target.symlink_to(os.path.relpath(out, folder))
+
+
+@dataclass
+class _Header:
+    """A safetensors header about to be written, and what the defects change in it."""
+
+    header: dict[str, Any]
+    names: list[str]
+    data_size: int
+    raw: bytes | None = None
+    length: int | None = None
+
+
+def _unknown_dtype(h: _Header) -> None:
+    h.header[h.names[0]]["dtype"] = "F13"
+
+
+def _negative_shape(h: _Header) -> None:
+    h.header[h.names[0]]["shape"] = [-1, *h.header[h.names[0]]["shape"][1:]]
+
+
+def _offsets_past_end(h: _Header) -> None:  # the header promises more data than the file holds
+    h.data_size -= min(h.data_size, 16)
+
+
+def _offsets_overlap(h: _Header) -> None:
+    if len(h.names) < 2:
+        return
+    second = sorted(h.names, key=lambda n: h.header[n]["data_offsets"][0])[1]
+    begin, end = h.header[second]["data_offsets"]
+    shift = min(begin, 2)
+    h.header[second]["data_offsets"] = [begin - shift, end - shift]
+
+
+def _trailing_bytes(h: _Header) -> None:
+    h.data_size += 16
+
+
+def _padded(raw: bytes) -> bytes:
+    return raw + b" " * (-len(raw) % 8)
+
+
+def _invalid_header_json(h: _Header) -> None:
+    h.raw = _padded(b'{"__metadata__": {"format": "pt"}, "x": {')
+
+
+def _duplicate_key(h: _Header) -> None:
+    text = json.dumps(h.header, separators=(",", ":"))
+    first = json.dumps({h.names[0]: h.header[h.names[0]]}, separators=(",", ":"))[1:-1]
+    h.raw = _padded((text[:-1] + "," + first + "}").encode())
+
+
+def _oversized_header(h: _Header) -> None:
+    h.length = 2**40
+
+
+# In this order: a later defect sees what an earlier one wrote (a duplicate key repeats the
+# dtype an unknown-dtype defect set).
+_HEADER_DEFECTS: Mapping[str, Callable[[_Header], None]] = {
+    "unknown-dtype": _unknown_dtype,
+    "negative-shape": _negative_shape,
+    "offsets-past-end": _offsets_past_end,
+    "offsets-overlap": _offsets_overlap,
+    "trailing-bytes": _trailing_bytes,
+    "invalid-header-json": _invalid_header_json,
+    "duplicate-key": _duplicate_key,
+    "oversized-header": _oversized_header,
+}
+
+
+def _truncate_header(out: pathlib.Path) -> None:
+    size = out.stat().st_size
+    with open(out, "r+b") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        f.truncate(min(size, 8 + header_len // 2))

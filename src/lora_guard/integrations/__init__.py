@@ -11,9 +11,11 @@ Patching happens through wrapt post-import hooks, so importing lora_guard (or th
 imports none of these libraries, and ``instrument()`` works before or after the library is
 imported. ``uninstrument()`` restores the original attributes (``is`` identity).
 
-Third-party packages ship their own integration through the entry-point group
-``lora_guard.integrations``: the entry point names an object (a module or an instance) with
-``instrument()`` and ``uninstrument()``; `available` lists it and `get` returns it::
+Third-party packages build their integration on `Integration` (which owns instrument/
+uninstrument, idempotence, version checks and the `AttachReport`) with one `Patch` per guarded
+function, and ship it through the entry-point group ``lora_guard.integrations``: the entry
+point names an object (an `Integration`, or any object with ``instrument()`` and
+``uninstrument()``); `available` lists it and `get` returns it::
 
     [project.entry-points."lora_guard.integrations"]
     mylib = "mylib_lora_guard:integration"
@@ -26,7 +28,7 @@ import importlib.metadata
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from ._base import AttachReport, Integration, IntegrationWarning
+from ._base import AttachReport, Integration, IntegrationWarning, Patch
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -34,6 +36,7 @@ __all__ = [
     "Integration",
     "IntegrationLike",
     "IntegrationWarning",
+    "Patch",
     "available",
     "get",
     "instrument",

@@ -58,7 +58,18 @@ class IntegrationWarning(UserWarning):
 @dataclass(frozen=True)
 class Patch:
     """One guarded attribute: ``module`` + ``path`` (``"Class.method"``), the leading
-    parameters its signature must have, and the wrapt wrapper that guards it."""
+    parameters its signature must have, and the wrapt wrapper that guards it.
+
+    The wrapper is called as ``wrapper(wrapped, instance, args, kwargs)`` and calls
+    ``wrapped(*args, **kwargs)`` itself once its checks pass; see `Integration`.
+
+    Example:
+        >>> from lora_guard.integrations import Patch
+        >>> def passthrough(wrapped, instance, args, kwargs):
+        ...     return wrapped(*args, **kwargs)
+        >>> Patch("mylib.lora", "Manager.load", ("self", "path"), passthrough).path
+        'Manager.load'
+    """
 
     module: str
     path: str
@@ -126,13 +137,52 @@ def _raw_function(obj: Any) -> Any:
 
 @dataclass
 class Integration:
-    """Guards for one library, applied by post-import hooks; see the module docstring.
+    """Guards for one library, put in front of its functions by post-import hooks.
+
+    The base of the PEFT, sglang and vLLM integrations, and of yours: name the functions to
+    guard (`Patch`: module, ``"Class.method"`` path, the leading parameters the signature
+    must have, and a wrapt-style wrapper ``(wrapped, instance, args, kwargs)``) and the
+    versions you support. The class owns the rest:
+
+    - `instrument` patches now if the module is imported, else on its import (a wrapt
+      post-import hook: importing lora_guard never imports the library); calling it again
+      changes nothing; it returns an `AttachReport` (attached, missing, pending hooks);
+    - `uninstrument` puts back the very objects it replaced (``is`` identity), and a hook
+      firing later does nothing;
+    - a release older than ``min_version``, or whose signature differs from ``params``, is
+      left unpatched with an `IntegrationWarning` (a guard on an unknown signature would be
+      wrong); one at or past ``max_version`` is patched where signatures match, with a warning;
+    - in mode ``off`` every wrapper is a pass-through; `diagnose` is what ``lora-guard
+      doctor`` prints.
+
+    Register it for ``integrations.get`` and ``--lora-guard-instrument`` through the
+    ``lora_guard.integrations`` entry-point group.
 
     Example:
-        >>> from lora_guard.integrations import get
-        >>> peft = get("peft")
-        >>> peft.name, peft.instrumented
-        ('peft', False)
+        >>> import sys, types, lora_guard as lg
+        >>> from lora_guard.integrations import Integration, Patch
+        >>> mylib = types.ModuleType("mylib"); mylib.__version__ = "1.2"
+        >>> def load_adapter(path, max_rank):
+        ...     return f"loaded {path}"
+        >>> mylib.load_adapter = load_adapter; sys.modules["mylib"] = mylib
+        >>> def check_first(wrapped, instance, args, kwargs):
+        ...     spec = lg.inspect_adapter(args[0])
+        ...     lg.check_adapter(spec, lg.ServingLimits(max_rank=args[1])).enforce()
+        ...     return wrapped(*args, **kwargs)
+        >>> guard = Integration(name="mylib", distribution="mylib", min_version="1.0",
+        ...                     patches=(Patch("mylib", "load_adapter", ("path", "max_rank"),
+        ...                                    check_first),))
+        >>> guard.instrument().attached
+        ('mylib:load_adapter',)
+        >>> from lora_guard.testing import write_adapter
+        >>> import tempfile; folder = write_adapter(tempfile.mkdtemp() + "/a", rank=32)
+        >>> mylib.load_adapter(folder, 16)
+        Traceback (most recent call last):
+        ...
+        lora_guard.AdapterError: LG101 rank-exceeds-limit: ...
+        >>> guard.uninstrument(); mylib.load_adapter is load_adapter
+        True
+        >>> del sys.modules["mylib"]
     """
 
     name: str
@@ -308,67 +358,82 @@ class Integration:
             if not self._active:
                 return  # a hook that fires after uninstrument does nothing
             name = module.__name__
-            todo = [
-                p for p in self.patches if p.module == name and (p.module, p.path) not in
-                self._applied
-            ]
+            todo = [p for p in self.patches
+                    if p.module == name and (p.module, p.path) not in self._applied]
             if not todo:
                 return
             version = self.version() or "unknown"
-            problems: list[str] = []
-            if version != "unknown" and _version_tuple(version) < _version_tuple(
-                    self.min_version):
-                problems.append(f"version {version} is older than {self.min_version}")
-            resolved: list[tuple[Patch, Any, str]] = []
-            absent: list[str] = []
-            for patch in todo:
-                found = self._resolve(module, patch)
-                if isinstance(found, str):
-                    if patch.optional and found.startswith("missing"):
-                        self.skipped[f"{name}:{patch.path}"] = found
-                        absent.append(f"{name}.{patch.path} ({found})")
-                        continue
-                    problems.append(f"{patch.path}: {found}")
-                else:
-                    resolved.append((patch, *found))
-            if absent and not problems:
-                warnings.warn(
-                    f"lora_guard.integrations.{self.name}: {self.distribution} {version} has "
-                    f"no {', '.join(absent)}; that hook is not attached, the rest are. "
-                    f"lora_guard is tested on {self.distribution} {self.supported_range} "
-                    "(`lora-guard doctor` lists every hook).",
-                    IntegrationWarning,
-                    stacklevel=3,
-                )
-            if (not problems and version != "unknown" and self.max_version is not None
-                    and _version_tuple(version) >= _version_tuple(self.max_version)
-                    and not self._warned_untested):
-                self._warned_untested = True
-                warnings.warn(
-                    f"lora_guard.integrations.{self.name}: {self.distribution} {version} is "
-                    f"newer than the range lora_guard is tested on ({self.supported_range}); "
-                    "hooks whose signatures match are attached, check `lora-guard doctor`.",
-                    IntegrationWarning,
-                    stacklevel=3,
-                )
+            problems = self._too_old(version)
+            resolved, absent = self._resolve_all(module, todo, problems)
             if problems:
-                reason = "; ".join(problems)
-                for patch in todo:
-                    self.skipped[f"{name}:{patch.path}"] = reason
-                warnings.warn(
-                    f"lora_guard.integrations.{self.name}: {self.distribution} {version} is "
-                    f"not patched in {name} (its guards would be wrong there): {reason}. "
-                    f"The library runs unguarded; lora_guard is tested on {self.distribution} "
-                    f"{self.supported_range} with the signatures it documents.",
-                    IntegrationWarning,
-                    stacklevel=3,
-                )
+                self._refuse(name, todo, version, problems)
                 return
+            self._warn_absent(version, absent)
+            self._warn_untested(version)
             for patch, parent, attr in resolved:
                 original = vars(parent).get(attr, _MISSING)
                 wrapt.wrap_function_wrapper(parent, attr, self._guarded(patch.wrapper))
                 self._applied[(name, patch.path)] = _Applied(
                     parent, attr, original, vars(parent)[attr])
+
+    def _too_old(self, version: str) -> list[str]:
+        if version != "unknown" and _version_tuple(version) < _version_tuple(self.min_version):
+            return [f"version {version} is older than {self.min_version}"]
+        return []
+
+    def _resolve_all(self, module: Any, todo: list[Patch], problems: list[str],
+                     ) -> tuple[list[tuple[Patch, Any, str]], list[str]]:
+        """Each patch's (parent, attribute); an optional one that is missing is skipped (and
+        listed in the second list), any other failure is appended to ``problems``."""
+        resolved: list[tuple[Patch, Any, str]] = []
+        absent: list[str] = []
+        for patch in todo:
+            found = self._resolve(module, patch)
+            if not isinstance(found, str):
+                resolved.append((patch, *found))
+            elif patch.optional and found.startswith("missing"):
+                self.skipped[f"{module.__name__}:{patch.path}"] = found
+                absent.append(f"{module.__name__}.{patch.path} ({found})")
+            else:
+                problems.append(f"{patch.path}: {found}")
+        return resolved, absent
+
+    def _warn_absent(self, version: str, absent: list[str]) -> None:
+        if absent:
+            warnings.warn(
+                f"lora_guard.integrations.{self.name}: {self.distribution} {version} has "
+                f"no {', '.join(absent)}; that hook is not attached, the rest are. "
+                f"lora_guard is tested on {self.distribution} {self.supported_range} "
+                "(`lora-guard doctor` lists every hook).",
+                IntegrationWarning,
+                stacklevel=4,
+            )
+
+    def _warn_untested(self, version: str) -> None:
+        if (version == "unknown" or self.max_version is None or self._warned_untested
+                or _version_tuple(version) < _version_tuple(self.max_version)):
+            return
+        self._warned_untested = True
+        warnings.warn(
+            f"lora_guard.integrations.{self.name}: {self.distribution} {version} is "
+            f"newer than the range lora_guard is tested on ({self.supported_range}); "
+            "hooks whose signatures match are attached, check `lora-guard doctor`.",
+            IntegrationWarning,
+            stacklevel=4,
+        )
+
+    def _refuse(self, name: str, todo: list[Patch], version: str, problems: list[str]) -> None:
+        reason = "; ".join(problems)
+        for patch in todo:
+            self.skipped[f"{name}:{patch.path}"] = reason
+        warnings.warn(
+            f"lora_guard.integrations.{self.name}: {self.distribution} {version} is "
+            f"not patched in {name} (its guards would be wrong there): {reason}. "
+            f"The library runs unguarded; lora_guard is tested on {self.distribution} "
+            f"{self.supported_range} with the signatures it documents.",
+            IntegrationWarning,
+            stacklevel=4,
+        )
 
     @staticmethod
     def _resolve(module: Any, patch: Patch) -> tuple[Any, str] | str:

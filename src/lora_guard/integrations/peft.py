@@ -25,7 +25,7 @@ Guarded (PEFT >= 0.17):
 
 Example:
     >>> from lora_guard.integrations import peft as peft_guard
-    >>> peft_guard.instrument()      # now, or when peft is imported
+    >>> report = peft_guard.instrument()      # now, or when peft is imported
     >>> peft_guard.uninstrument()
 """
 
@@ -43,7 +43,7 @@ from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
 from .._reading.adapters import _LAYER, FEATURES, AdapterSpec
-from ._base import Integration, Patch, local_adapter
+from ._base import AttachReport, Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "instrument", "layer_violations", "layout_registry", "uninstrument"]
 
@@ -316,15 +316,7 @@ def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str
         []
     """
     subject = f"hot-swap of adapter {adapter_name!r}"
-    found: list[Violation] = []
-    peft_model = _peft_model(model)
-    loaded = (getattr(peft_model, "peft_config", None) or {}).get(adapter_name)
-    if config is not None and loaded is not None:
-        for key in _SWAP_CONFIG_KEYS:
-            old, new = getattr(loaded, key, None), getattr(config, key, None)
-            if old != new:
-                found.append(make_violation("LG105", "hotswap-config", subject, key=key,
-                                            old=old, new=new))
+    found = _swap_config_violations(model, adapter_name, config, subject)
     current = {
         k.removeprefix("_orig_mod."): v for k, v in model.state_dict(keep_vars=True).items()
         if parameter_prefix in k and adapter_name in k
@@ -332,47 +324,81 @@ def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str
     prepared = _prepared(model, adapter_name)
     new_ranks: dict[str, dict[int, int]] = {}
     for key, new_value in state_dict.items():
-        old_value = current.get(key)
-        new_shape, old_shape = shape_of(new_value), shape_of(old_value)
-        if old_value is None or new_shape is None or old_shape is None:
+        new_shape, old_shape = shape_of(new_value), shape_of(current.get(key))
+        if new_shape is None or old_shape is None:
             continue  # unexpected keys: PEFT refuses them before writing anything
         axis = _rank_axis(key)
         module = key.split(f".{parameter_prefix}", 1)[0].removeprefix("base_model.model.")
         if axis is not None and len(new_shape) > axis:
-            side = 0 if axis == 0 else 1
-            new_ranks.setdefault(module, {})[side] = new_shape[axis]
-        if new_shape == old_shape:
-            continue
-        if len(new_shape) != len(old_shape):
-            found.append(make_violation(
-                "LG109", "dim", subject, key=key, which="number of", got=len(new_shape),
-                module_kind=module, expected=len(old_shape),
-                source=f"the loaded tensor has shape {old_shape}"))
-            continue
-        for i, (old_dim, new_dim) in enumerate(zip(old_shape, new_shape, strict=False)):
-            if i == axis or old_dim == new_dim:
-                continue
-            which = "in" if (axis == 0 and i == 1) else "out" if axis == 1 and i == 0 else (
-                f"axis-{i}")
-            found.append(make_violation(
-                "LG109", "dim", subject, key=key, which=which, got=new_dim,
-                module_kind=module, expected=old_dim,
-                source=f"the loaded tensor has shape {old_shape}, the new one {new_shape}"))
-        if axis is not None and prepared and new_shape[axis] > old_shape[axis]:
-            found.append(make_violation("LG001", "hotswap", subject, key=key,
-                                        new=new_shape[axis], old=old_shape[axis]))
+            new_ranks.setdefault(module, {})[axis] = new_shape[axis]
+        if new_shape != old_shape:
+            found += _shape_change(subject, key, module, axis, old_shape, new_shape, prepared)
+    found += _rank_mismatches(subject, state_dict, new_ranks)
+    return found
+
+
+def _swap_config_violations(model: Any, adapter_name: str, config: Any,
+                            subject: str) -> list[Violation]:
+    """LG105 for each config key whose change alters what the swapped adapter computes."""
+    loaded = (getattr(_peft_model(model), "peft_config", None) or {}).get(adapter_name)
+    if config is None or loaded is None:
+        return []
+    return [make_violation("LG105", "hotswap-config", subject, key=key,
+                           old=getattr(loaded, key, None), new=getattr(config, key, None))
+            for key in _SWAP_CONFIG_KEYS
+            if getattr(loaded, key, None) != getattr(config, key, None)]
+
+
+def _shape_change(subject: str, key: str, module: str, axis: int | None,
+                  old_shape: tuple[int, ...], new_shape: tuple[int, ...],
+                  prepared: bool) -> list[Violation]:
+    """LG109 for a changed in/out dim (or number of dims); LG001 for a rank above the
+    padded one on a model prepared for compiled hot-swapping."""
+    if len(new_shape) != len(old_shape):
+        return [make_violation(
+            "LG109", "dim", subject, key=key, which="number of", got=len(new_shape),
+            module_kind=module, expected=len(old_shape),
+            source=f"the loaded tensor has shape {old_shape}")]
+    found = [
+        make_violation(
+            "LG109", "dim", subject, key=key, which=_axis_name(axis, i), got=new_dim,
+            module_kind=module, expected=old_dim,
+            source=f"the loaded tensor has shape {old_shape}, the new one {new_shape}")
+        for i, (old_dim, new_dim) in enumerate(zip(old_shape, new_shape, strict=False))
+        if i != axis and old_dim != new_dim
+    ]
+    if axis is not None and prepared and new_shape[axis] > old_shape[axis]:
+        found.append(make_violation("LG001", "hotswap", subject, key=key,
+                                    new=new_shape[axis], old=old_shape[axis]))
+    return found
+
+
+def _axis_name(axis: int | None, i: int) -> str:
+    """The in/out name of axis ``i`` of a LoRA factor whose rank sits on ``axis``."""
+    if axis == 0 and i == 1:
+        return "in"
+    if axis == 1 and i == 0:
+        return "out"
+    return f"axis-{i}"
+
+
+def _rank_mismatches(subject: str, state_dict: Mapping[str, Any],
+                     new_ranks: dict[str, dict[int, int]]) -> list[Violation]:
+    """LG102 for each module whose new A and B disagree on the rank."""
+    found: list[Violation] = []
     for module, sides in sorted(new_ranks.items()):
-        if len(sides) == 2 and sides[0] != sides[1]:
-            a_key = next((k for k in state_dict if k.startswith(f"base_model.model.{module}.")
-                          and _rank_axis(k) == 0), module)
-            b_key = next((k for k in state_dict if k.startswith(f"base_model.model.{module}.")
-                          and _rank_axis(k) == 1), module)
-            if len(shape_of(state_dict[a_key]) or ()) == 2 == len(
-                    shape_of(state_dict[b_key]) or ()):
-                found.append(make_violation(
-                    "LG102", "a-b", subject, module=module, rank_a=sides[0],
-                    shape_a=shape_of(state_dict[a_key]), rank_b=sides[1],
-                    shape_b=shape_of(state_dict[b_key])))
+        if len(sides) != 2 or sides[0] == sides[1]:
+            continue
+        prefix = f"base_model.model.{module}."
+        a_key = next((k for k in state_dict if k.startswith(prefix) and _rank_axis(k) == 0),
+                     module)
+        b_key = next((k for k in state_dict if k.startswith(prefix) and _rank_axis(k) == 1),
+                     module)
+        shape_a, shape_b = shape_of(state_dict[a_key]), shape_of(state_dict[b_key])
+        if len(shape_a or ()) == 2 == len(shape_b or ()):
+            found.append(make_violation(
+                "LG102", "a-b", subject, module=module, rank_a=sides[0], shape_a=shape_a,
+                rank_b=sides[1], shape_b=shape_b))
     return found
 
 
@@ -426,16 +452,18 @@ INTEGRATION = Integration(
 )
 
 
-def instrument() -> None:
+def instrument() -> AttachReport:
     """Guard PEFT's adapter loading and hot-swapping, now or when PEFT is imported.
+
+    Returns the `lora_guard.integrations.AttachReport` (hooks attached, missing, pending).
 
     Example:
         >>> from lora_guard.integrations import peft as peft_guard
-        >>> peft_guard.instrument(); peft_guard.INTEGRATION.instrumented
+        >>> report = peft_guard.instrument(); peft_guard.INTEGRATION.instrumented
         True
         >>> peft_guard.uninstrument()
     """
-    INTEGRATION.instrument()
+    return INTEGRATION.instrument()
 
 
 def uninstrument() -> None:

@@ -1,0 +1,110 @@
+"""One invariant, one unit: a catalogue entry and the check that enforces it, registered
+together by code.
+
+An invariant of a single adapter is written as one function under one decorator, in one
+module: the decorator holds the catalogue entry (slug, title, summary, triggers, fixes, message
+templates, ...), the function finds the violations::
+
+    from lora_guard._checking.registry import adapter_invariant
+    from lora_guard._core.errors import make_violation
+
+    @adapter_invariant(
+        code="LG150", slug="alpha-missing", title="lora_alpha is missing",
+        summary="...", triggers=("...",), fixes=("Save lora_alpha in adapter_config.json.",),
+        error="AdapterError",
+        messages={"missing": "{subject}: adapter_config.json has no lora_alpha."},
+    )
+    def alpha_missing(subject, spec, limits):
+        if "lora_alpha" not in spec.config:
+            yield make_violation("LG150", "missing", subject)
+
+Registering the entry puts it in `lora_guard.INVARIANTS` (so ``lora-guard codes``, ``lora-guard
+explain``, the pytest plugin's codes and the docs reference show it), and registering the check
+makes `check_adapters`, `lora_guard.check_adapter` and the integrations that run the checker
+report it: the checker calls `registered_violations` once per adapter.
+
+Example:
+    >>> from lora_guard._checking.registry import registered_checks
+    >>> isinstance(registered_checks(), tuple)
+    True
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from lora_guard._core.catalogue import INVARIANTS, Invariant, _entry, register, unregister
+from lora_guard._core.errors import _CLASSES, Violation
+from lora_guard._reading.adapters import AdapterSpec
+
+if TYPE_CHECKING:
+    from lora_guard._checking.check_adapters import ServingLimits
+
+__all__ = [
+    "AdapterCheck",
+    "adapter_invariant",
+    "registered_checks",
+    "registered_violations",
+    "remove_invariant",
+]
+
+AdapterCheck = Callable[[str, AdapterSpec, "ServingLimits"], Iterable[Violation]]
+"""A per-adapter check: ``(subject, spec, limits) -> violations`` (a list or a generator).
+
+``subject`` names the adapter in messages (``adapter 'path'``); the check reads the spec's
+metadata only and raises nothing for a bad adapter: a finding is a `Violation`."""
+
+_Check = TypeVar("_Check", bound=AdapterCheck)
+_CHECKS: dict[str, AdapterCheck] = {}
+_LOCK = threading.Lock()
+
+
+def adapter_invariant(**entry: Any) -> Callable[[_Check], _Check]:
+    """Decorator: register a catalogue entry (the keyword arguments, as `lora_guard.Invariant`
+    takes them) together with the per-adapter check it decorates.
+
+    Refuses (ValueError, nothing registered) a code or slug already taken, an unknown
+    ``error`` class name, a function that is not callable; the function is returned unchanged.
+    """
+    error = entry.get("error")
+    if error not in _CLASSES:
+        raise ValueError(
+            f"adapter_invariant(error={error!r}): the error is the name of a lora_guard error "
+            f"class, one of {', '.join(sorted(_CLASSES))}"
+        )
+    invariant = _entry(**entry)
+
+    def decorate(check: _Check) -> _Check:
+        if not callable(check):
+            raise TypeError(f"@adapter_invariant decorates a check function, got {check!r}")
+        with _LOCK:
+            register(invariant)
+            _CHECKS[invariant.code] = check
+        return check
+
+    return decorate
+
+
+def registered_checks() -> tuple[tuple[Invariant, AdapterCheck], ...]:
+    """The invariants defined with their check, in code order, with that check."""
+    with _LOCK:
+        return tuple((INVARIANTS[code], _CHECKS[code]) for code in sorted(_CHECKS))
+
+
+def registered_violations(subject: str, spec: AdapterSpec,
+                          limits: ServingLimits) -> list[Violation]:
+    """The hook of the checker: every registered per-adapter check run on one adapter."""
+    found: list[Violation] = []
+    for _, check in registered_checks():
+        found.extend(check(subject, spec, limits))
+    return found
+
+
+def remove_invariant(code: str) -> None:
+    """Remove an invariant added with `adapter_invariant` (a test's made-up one), entry and
+    check; the built-in entries stay."""
+    with _LOCK:
+        unregister(code)
+        _CHECKS.pop(code, None)

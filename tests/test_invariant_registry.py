@@ -1,0 +1,127 @@
+"""One invariant, one unit: an entry and its check, defined together, reach every reader.
+
+The made-up invariant below (LG199, a dropout the adapter was trained with that is too high to
+trust) is defined in this one module, entry and check in one decorator. Nothing else is
+edited, and it shows in `lg.INVARIANTS`, `lora-guard codes` and `explain`, the docs
+reference, and in the checker's report on a real PEFT adapter.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+
+import lora_guard as lg
+from conftest_adapters import peft_adapter
+from lora_guard._checking.check_adapters import ServingLimits
+from lora_guard._checking.registry import adapter_invariant, remove_invariant
+from lora_guard._core.codes import check_codes
+from lora_guard._core.errors import Violation, make_violation
+from lora_guard._frontends.cli import main
+from lora_guard._reading.adapters import AdapterSpec
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _define_lg199() -> None:
+    """The whole invariant: what a contributor writes in one module."""
+
+    @adapter_invariant(
+        code="LG199",
+        slug="dropout-too-high",
+        title="The adapter was trained with a dropout above 0.5",
+        summary="A LoRA dropout above 0.5 trains an adapter that is mostly noise at inference.",
+        triggers=("`lora_dropout` above 0.5 in adapter_config.json.",),
+        fixes=("Retrain the adapter with lora_dropout at or below 0.5 (0.05-0.1 is usual).",),
+        error="AdapterError",
+        messages={"high": "{subject}: lora_dropout is {dropout}, above 0.5."},
+        raised_by=("lg.check_adapters",),
+    )
+    def dropout_too_high(subject: str, spec: AdapterSpec,
+                         limits: ServingLimits) -> Iterator[Violation]:
+        dropout = spec.config.get("lora_dropout", 0.0)
+        if isinstance(dropout, (int, float)) and dropout > 0.5:
+            yield make_violation("LG199", "high", subject, dropout=dropout)
+
+
+@pytest.fixture
+def lg199() -> Iterator[None]:
+    _define_lg199()
+    try:
+        yield
+    finally:
+        remove_invariant("LG199")
+
+
+def _docs_hook() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "lora_guard_docs_hook_registry", ROOT / "docs" / "hooks" / "lora_guard_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.usefixtures("lg199")
+def test_a_new_invariant_defined_in_one_module_reaches_every_reader(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the catalogue, in code order, still read-only
+    assert "LG199" in lg.INVARIANTS
+    assert list(lg.INVARIANTS) == sorted(lg.INVARIANTS)
+    with pytest.raises(TypeError):
+        lg.INVARIANTS["LG199"] = lg.INVARIANTS["LG101"]  # type: ignore[index]
+    # lora-guard codes and explain
+    assert main(["codes"]) == 0
+    assert "LG199  dropout-too-high" in capsys.readouterr().out.replace("   ", "  ")
+    assert main(["explain", "LG199"]) == 0
+    assert "lora_dropout is {dropout}, above 0.5" in capsys.readouterr().out
+    # the docs reference
+    page = _docs_hook().render_invariants()
+    assert "## LG199 dropout-too-high: The adapter was trained with a dropout above 0.5 " \
+        "{ #lg199 }" in page
+    # the checker, on real PEFT adapters: the noisy one is reported, the usual one is not
+    noisy = peft_adapter(tmp_path / "noisy", r=4, target_modules=["q_proj"], lora_dropout=0.9)
+    usual = peft_adapter(tmp_path / "usual", r=4, target_modules=["q_proj"], lora_dropout=0.05)
+    report = lg.check_adapters([noisy, usual])
+    assert [(v.code, v.message) for v in report.violations] == [
+        ("LG199", f"adapter {str(noisy)!r}: lora_dropout is 0.9, above 0.5.")]
+    assert report.violations[0].hint.startswith("Retrain the adapter with lora_dropout")
+    # the public per-adapter check too, and it can be skipped by code
+    spec = lg.inspect_adapter(noisy)
+    assert lg.check_adapter(spec).codes() == ["LG199"]
+    assert lg.check_adapter(spec, skip="LG199").ok
+    # and it raises like any adapter error
+    with pytest.raises(lg.AdapterError, match="LG199"):
+        report.enforce()
+
+
+@pytest.mark.usefixtures("lg199")
+def test_a_code_or_slug_taken_is_refused_and_nothing_changes() -> None:
+    before = dict(lg.INVARIANTS)
+    with pytest.raises(ValueError, match="taken by 'dropout-too-high'"):
+        _define_lg199()
+    with pytest.raises(ValueError, match="slug 'rank-exceeds-limit' is taken by LG101"):
+        adapter_invariant(code="LG198", slug="rank-exceeds-limit", title="t", summary="s",
+                          triggers=("t",), fixes=("f",), error="AdapterError",
+                          messages={"m": "{subject}"})(lambda subject, spec, limits: [])
+    with pytest.raises(ValueError, match="one of AdapterError"):
+        adapter_invariant(code="LG198", slug="made-up", title="t", summary="s",
+                          triggers=("t",), fixes=("f",), error="NoSuchError",
+                          messages={"m": "{subject}"})
+    with pytest.raises(ValueError, match="built-in"):
+        remove_invariant("LG101")
+    assert dict(lg.INVARIANTS) == before
+
+
+def test_removing_the_made_up_invariant_leaves_the_catalogue_as_shipped() -> None:
+    shipped = list(lg.INVARIANTS)
+    _define_lg199()
+    remove_invariant("LG199")
+    assert list(lg.INVARIANTS) == shipped
+    with pytest.raises(ValueError, match="'LG199' is not a lora_guard code"):
+        check_codes("LG199", where="allow")
