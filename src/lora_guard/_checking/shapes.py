@@ -26,7 +26,7 @@ from lora_guard._checking.fast_path import (
     inline_where,
 )
 from lora_guard._core.config import STATE, report
-from lora_guard._core.errors import make_violation
+from lora_guard._core.errors import Violation, make_violation
 
 __all__ = ["frozen_dims", "shapes", "unfreeze"]
 
@@ -78,28 +78,38 @@ def _store_of(owner: Any, *, create: bool) -> _FrozenStore | None:
     try:
         namespace = vars(owner)
     except TypeError:
-        namespace = None
-    if namespace is not None:
-        found = namespace.get(_STORE_KEY)
-        if isinstance(found, _FrozenStore):
-            if found.owner in (0, id(owner)) or isinstance(owner, type):
-                found.owner = found.owner or (0 if isinstance(owner, type) else id(owner))
-                return found
-            # copy.copy(pool) shares the original's __dict__ entries: the copy gets its own
-            # store, starting from the dims frozen so far, so freezing one never binds both
-            with _LOCK:
-                found = namespace[_STORE_KEY] = found.copy()
-                found.owner = id(owner)
+        return _store_outside(owner, create=create)
+    return _store_in_namespace(owner, namespace, create=create)
+
+
+def _store_in_namespace(
+    owner: Any, namespace: Any, *, create: bool
+) -> _FrozenStore | None:
+    """The store kept in the owner's own ``__dict__`` (an instance) or as a class attribute."""
+    found = namespace.get(_STORE_KEY)
+    if isinstance(found, _FrozenStore):
+        if found.owner in (0, id(owner)) or isinstance(owner, type):
+            found.owner = found.owner or (0 if isinstance(owner, type) else id(owner))
             return found
-        if not create:
-            return None
-        created = _FrozenStore()
-        if isinstance(owner, type):
-            setattr(owner, _STORE_KEY, created)
-        else:
-            created.owner = id(owner)
-            namespace[_STORE_KEY] = created
-        return created
+        # copy.copy(pool) shares the original's __dict__ entries: the copy gets its own
+        # store, starting from the dims frozen so far, so freezing one never binds both
+        with _LOCK:
+            found = namespace[_STORE_KEY] = found.copy()
+            found.owner = id(owner)
+        return found
+    if not create:
+        return None
+    created = _FrozenStore()
+    if isinstance(owner, type):
+        setattr(owner, _STORE_KEY, created)
+    else:
+        created.owner = id(owner)
+        namespace[_STORE_KEY] = created
+    return created
+
+
+def _store_outside(owner: Any, *, create: bool) -> _FrozenStore | None:
+    """The store of an owner without a ``__dict__``: by weak reference, else kept alive."""
     try:
         store = _FOREIGN_STORES.get(owner)
         if store is None and create:
@@ -237,10 +247,27 @@ class _ShapeGuard:
         if not self.frozen:
             return self.fn(*args, **kwargs)
         owner = bound.arguments[self.owner_param] if self.owner_param else self
+        store, drift, newly = self._freeze(owner, dims, origin, values)
+        if drift:
+            report(drift)  # refused before the body ran: the owner's state is untouched
+            return self.fn(*args, **kwargs)
+        try:
+            result = self.fn(*args, **kwargs)
+        except BaseException:
+            if newly:  # the first call failed: nothing was allocated, so freeze nothing...
+                self._release(store, newly)
+            raise
+        self._confirm(owner, store, dims)
+        return result
+
+    def _freeze(
+        self, owner: Any, dims: dict[str, int], origin: dict[str, tuple[str, int]],
+        values: dict[str, Any],
+    ) -> tuple[_FrozenStore, list[Violation], dict[str, int]]:
+        """The owner's store, LG001 for each frozen dim this call changes, and (when none
+        does) the dims this call freezes for the first time, already recorded."""
         with _LOCK:
-            store = (
-                self.function_store if owner is self else _store_of(owner, create=True)
-            )
+            store = self.function_store if owner is self else _store_of(owner, create=True)
             assert store is not None
             drift = [
                 make_violation(
@@ -252,27 +279,26 @@ class _ShapeGuard:
                 for dim in self.frozen
                 if dim in dims and dim in store.dims and store.dims[dim] != dims[dim]
             ]
-            newly: dict[str, int] = {}
-            if not drift:
-                newly = {d: dims[d] for d in self.frozen if d in dims and d not in store.dims}
-                store.dims.update(newly)
-                store.origin.update(dict.fromkeys(newly, self.subject))
-        if drift:
-            report(drift)  # refused before the body ran: the owner's state is untouched
-            return self.fn(*args, **kwargs)
-        try:
-            result = self.fn(*args, **kwargs)
-        except BaseException:
-            if newly:  # the first call failed: nothing was allocated, so freeze nothing...
-                with _LOCK:
-                    for dim, value in newly.items():
-                        # ...unless a concurrent call with these dims has succeeded since.
-                        if dim not in store.confirmed and store.dims.get(dim) == value:
-                            del store.dims[dim]
-                            store.origin.pop(dim, None)
-            raise
-        # Only a call whose body succeeded opens the fast path: until then every call comes
-        # here, so a failed first call can still be undone.
+            if drift:
+                return store, drift, {}
+            newly = {d: dims[d] for d in self.frozen if d in dims and d not in store.dims}
+            store.dims.update(newly)
+            store.origin.update(dict.fromkeys(newly, self.subject))
+        return store, [], newly
+
+    @staticmethod
+    def _release(store: _FrozenStore, newly: dict[str, int]) -> None:
+        """Undo a failed first call's freezing, unless a concurrent call with these dims has
+        succeeded since."""
+        with _LOCK:
+            for dim, value in newly.items():
+                if dim not in store.confirmed and store.dims.get(dim) == value:
+                    del store.dims[dim]
+                    store.origin.pop(dim, None)
+
+    def _confirm(self, owner: Any, store: _FrozenStore, dims: dict[str, int]) -> None:
+        """A call whose body succeeded confirms its dims and opens the fast path: until then
+        every call takes the slow path, so a failed first call can still be undone."""
         with _LOCK:
             bound_frozen = [d for d in self.frozen if d in dims]
             if all(store.dims.get(d) == dims[d] for d in bound_frozen):
@@ -280,7 +306,6 @@ class _ShapeGuard:
                 if len(bound_frozen) == len(self.frozen):
                     _set_fast_entry(None if owner is self else owner, store, self.fast_key,
                                     tuple(dims[d] for d in self.frozen))
-        return result
 
 
 def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
