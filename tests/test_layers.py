@@ -14,10 +14,8 @@ import sys
 
 import pytest
 
-import lora_guard
-
-PACKAGE = pathlib.Path(lora_guard.__file__).parent
-ROOT = PACKAGE.parent.parent
+ROOT = pathlib.Path(__file__).resolve().parent.parent  # this checkout, whatever is installed
+PACKAGE = ROOT / "src" / "lora_guard"
 PYPROJECT = ROOT / "pyproject.toml"
 
 
