@@ -76,3 +76,25 @@ def test_a_heavy_import_in_the_pytest_entry_point_breaks_its_contract(
     assert result.returncode != 0, result.stdout
     assert "imports nothing heavy" in result.stdout
     assert "lora_guard.pytest_plugin -> torch" in result.stdout
+
+
+def _layout_map() -> str:
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    return section.split("```", 2)[1]
+
+
+def test_the_contributing_layout_map_names_every_folder_and_module() -> None:
+    """CONTRIBUTING.md's map matches the tree: a new module or folder must be added to it."""
+    shown = _layout_map()
+    missing = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "__pycache__" not in path.parts
+        and not (path.name == "__init__.py" and path.parent != PACKAGE)
+        and path.name not in shown
+    ]
+    folders = [f"{p.name}/" for p in sorted(PACKAGE.iterdir())
+               if p.is_dir() and (p / "__init__.py").exists()]
+    assert missing == [], f"CONTRIBUTING.md's layout map leaves out {missing}"
+    assert [f for f in folders if f not in shown] == []
