@@ -12,20 +12,21 @@ import pathlib
 import warnings
 from typing import Any
 
-TINY_LLAMA = {
+TINY_LLAMA: dict[str, Any] = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
 }
-LARGER_LLAMA = {
+LARGER_LLAMA: dict[str, Any] = {
     "hidden_size": 96, "intermediate_size": 192, "num_hidden_layers": 3,
     "num_attention_heads": 6, "num_key_value_heads": 2, "vocab_size": 160,
 }
-TINY_QWEN3_MOE = {
+TINY_QWEN3_MOE: dict[str, Any] = {
     "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
     "head_dim": 16, "vocab_size": 128, "num_experts": 4, "num_experts_per_tok": 2,
 }
-MODELS = {"llama": TINY_LLAMA, "llama-larger": LARGER_LLAMA, "qwen3moe": TINY_QWEN3_MOE}
+MODELS: dict[str, dict[str, Any]] = {
+    "llama": TINY_LLAMA, "llama-larger": LARGER_LLAMA, "qwen3moe": TINY_QWEN3_MOE}
 
 
 @functools.cache
@@ -43,6 +44,7 @@ def build_model(model: str) -> Any:
     """A fresh tiny transformers model (weights copied from a cached one: fast)."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
+    instance: Any
     if model == "qwen3moe":
         instance = Qwen3MoeForCausalLM(Qwen3MoeConfig(**TINY_QWEN3_MOE))
     else:

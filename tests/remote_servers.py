@@ -145,7 +145,9 @@ class _Handler(BaseHTTPRequestHandler):
         if wanted == "bad":
             self._reply(416, headers={"Content-Range": f"bytes */{size}"}, record=record)
             return
-        start, end = (0, size - 1) if wanted is None else wanted  # type: ignore[misc]
+        start: int
+        end: int
+        start, end = (0, size - 1) if wanted is None else wanted  # type: ignore[str-unpack, assignment]
         count = end - start + 1
         self.send_response(200 if wanted is None else 206)
         if wanted is not None:
@@ -199,7 +201,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._hub_error("EntryNotFound", record)
                 return
             recursive = query.get("recursive", ["false"])[0].lower() == "true"
-            entries = []
+            entries: list[dict[str, Any]] = []
             for root, dirs, files in os.walk(top):
                 dirs.sort()
                 here = pathlib.Path(root)

@@ -70,7 +70,7 @@ def test_an_adapter_whose_weights_hold_no_tensor_is_lg115(tmp_path: pathlib.Path
 
 @pytest.mark.parametrize(("init", "method"), [("pissa", "PiSSA"), ("olora", "OLoRA")])
 def test_an_unconverted_pissa_or_olora_adapter_is_lg116(
-        tmp_path: pathlib.Path, init: str, method: str) -> None:
+        tmp_path: pathlib.Path, init: Any, method: str) -> None:
     folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj"],
                                       init_lora_weights=init), tmp_path / init)
 
@@ -106,9 +106,9 @@ def test_a_converted_pissa_adapter_serves_on_the_original_base(tmp_path: pathlib
         warnings.simplefilter("ignore")
         model = get_peft_model(llama(), LoraConfig(r=8, target_modules=["q_proj"],
                                                    init_lora_weights="pissa"))
-        model.peft_config["default"].init_lora_weights = True
+        model.peft_config["default"].init_lora_weights = True  # type: ignore[attr-defined]
         model.save_pretrained(str(tmp_path / "init"))
-        model.peft_config["default"].init_lora_weights = "pissa"
+        model.peft_config["default"].init_lora_weights = "pissa"  # type: ignore[attr-defined]
         for name, param in model.named_parameters():
             if "lora_" in name:
                 param.data += 0.01  # "training"
@@ -269,7 +269,7 @@ def test_peft_loading_a_4_layer_adapter_into_a_2_layer_model_is_lg109(
 # --- false alarms --------------------------------------------------------------------------
 
 
-class _GroupedConv(torch.nn.Module):  # type: ignore[misc]
+class _GroupedConv(torch.nn.Module):  # type: ignore[misc, name-defined]
     def __init__(self) -> None:
         super().__init__()
         self.conv = torch.nn.Conv2d(8, 16, 3, groups=4)

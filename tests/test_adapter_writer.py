@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,9 @@ def _header(folder: pathlib.Path) -> dict[str, tuple[tuple[int, ...], str]]:
     return {name: (info.shape, info.dtype) for name, info in tensors.items()}
 
 
-def _config(folder: pathlib.Path) -> dict[str, object]:
-    return json.loads((folder / "adapter_config.json").read_text())
+def _config(folder: pathlib.Path) -> dict[str, Any]:
+    config: dict[str, Any] = json.loads((folder / "adapter_config.json").read_text())
+    return config
 
 
 SAME_SETTINGS = [

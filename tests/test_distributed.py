@@ -86,7 +86,7 @@ def test_single_process_and_bad_options() -> None:
     lg.assert_rank_consistent({"uid_to_slot": {"math": 0}})  # nothing to compare: returns
     for bad in (0, -1, float("inf"), "10", True):
         with pytest.raises(ValueError, match="timeout"):
-            lg.assert_rank_consistent({}, timeout=bad)
+            lg.assert_rank_consistent({}, timeout=bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="state=lambda self"):
         lg.guard_rank_consistency(state={"slots": 1})  # type: ignore[arg-type]
 
@@ -251,7 +251,7 @@ def _run_job(world: int) -> dict[int, dict[str, Any]]:
     mp.get_context("forkserver").set_forkserver_preload(["torch", "torch.distributed",
                                                           "lora_guard"])
     with tempfile.TemporaryDirectory() as tmp:
-        context = mp.start_processes(
+        context = mp.start_processes(  # type: ignore[attr-defined, no-untyped-call]
             _worker, args=(world, os.path.join(tmp, "store"), tmp), nprocs=world,
             join=False, start_method="forkserver",
         )

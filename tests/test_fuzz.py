@@ -194,12 +194,12 @@ def _mutated_file(base: bytes, ops: list[tuple[str, int, bytes]], directory: str
 
 
 def _valid_file() -> bytes:
-    head = {"__metadata__": {"format": "pt"}}
+    head: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     position = 0
     for proj in ("q_proj", "v_proj"):
         for half, shape in (("A", [4, 8]), ("B", [8, 4])):
             key = f"base_model.model.model.layers.0.self_attn.{proj}.lora_{half}.weight"
-            head[key] = {"dtype": "F16", "shape": shape,  # type: ignore[assignment]
+            head[key] = {"dtype": "F16", "shape": shape,
                          "data_offsets": [position, position + 64]}
             position += 64
     raw = json.dumps(head).encode()

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -32,7 +37,7 @@ INPUT = torch.arange(12).reshape(2, 6) % 128
 def llama(**overrides: int) -> torch.nn.Module:
     torch.manual_seed(0)
     config = transformers.LlamaConfig(**{**LLAMA, **overrides})
-    return transformers.LlamaForCausalLM(config).eval()
+    return transformers.LlamaForCausalLM(config).eval()  # type: ignore[no-any-return]
 
 
 def save_adapter(path: Path, *, r: int, seed: int, **base: int) -> Path:
@@ -42,7 +47,7 @@ def save_adapter(path: Path, *, r: int, seed: int, **base: int) -> Path:
     for name, param in model.named_parameters():
         if "lora_" in name:
             param.data.normal_(0, 0.05)
-    model.save_pretrained(path)
+    model.save_pretrained(path)  # type: ignore[arg-type]
     return path
 
 
@@ -59,7 +64,7 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(autouse=True)
-def instrumented():
+def instrumented() -> Iterator[None]:
     peft_guard.instrument()
     yield
     peft_guard.uninstrument()
@@ -84,13 +89,13 @@ def loaded(path: Path) -> PeftModel:
 
 # --- hot-swapping ----------------------------------------------------------------------------
 
-def test_prepared_model_refuses_a_rank_above_its_padded_rank(adapters):
+def test_prepared_model_refuses_a_rank_above_its_padded_rank(adapters: dict[str, Path]) -> None:
     model = loaded(adapters["r4"])
     hotswap.prepare_model_for_compiled_hotswap(model, target_rank=8)
     before = snapshot(model)
 
     with pytest.raises(lg.PoolShapeDriftError) as caught:
-        hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")
+        hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")  # type: ignore[arg-type]
 
     error = caught.value
     assert error.code == "LG001" and isinstance(error, RuntimeError)
@@ -99,21 +104,21 @@ def test_prepared_model_refuses_a_rank_above_its_padded_rank(adapters):
     assert_bitwise_equal(before, model)
 
 
-def test_without_lora_guard_peft_silently_grows_the_padded_rank(adapters):
+def test_without_lora_guard_peft_silently_grows_the_padded_rank(adapters: dict[str, Path]) -> None:
     peft_guard.uninstrument()
     model = loaded(adapters["r4"])
     hotswap.prepare_model_for_compiled_hotswap(model, target_rank=8)
-    hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")
-    a = model.base_model.model.model.layers[0].self_attn.q_proj.lora_A["default"].weight
+    hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")  # type: ignore[arg-type]
+    a = model.base_model.model.model.layers[0].self_attn.q_proj.lora_A["default"].weight  # type: ignore[index, union-attr]
     assert a.shape[0] == 16  # the padded, compiled shape is gone, and nothing said so
 
 
-def test_swap_from_another_base_is_refused_before_any_write(adapters):
+def test_swap_from_another_base_is_refused_before_any_write(adapters: dict[str, Path]) -> None:
     model = loaded(adapters["r8"])
     before = snapshot(model)
 
     with lg.recording() as rec, pytest.raises(lg.AdapterError) as caught:
-        hotswap.hotswap_adapter(model, adapters["narrow"], adapter_name="default")
+        hotswap.hotswap_adapter(model, adapters["narrow"], adapter_name="default")  # type: ignore[arg-type]
 
     assert caught.value.code == "LG109"
     assert "in dim 96" in str(caught.value) and "has 128" in str(caught.value)
@@ -121,25 +126,27 @@ def test_swap_from_another_base_is_refused_before_any_write(adapters):
     assert_bitwise_equal(before, model)
 
 
-def test_without_lora_guard_the_same_swap_is_left_half_done(adapters):
+def test_without_lora_guard_the_same_swap_is_left_half_done(adapters: dict[str, Path]) -> None:
     peft_guard.uninstrument()
     model = loaded(adapters["r8"])
     before = snapshot(model)
     with pytest.raises(RuntimeError):
-        hotswap.hotswap_adapter(model, adapters["narrow"], adapter_name="default")
+        hotswap.hotswap_adapter(model, adapters["narrow"], adapter_name="default")  # type: ignore[arg-type]
     changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
     assert changed  # PEFT wrote part of the swap before it failed
 
 
-def test_a_larger_rank_on_an_unprepared_model_swaps_like_peft_alone(adapters):
+def test_a_larger_rank_on_an_unprepared_model_swaps_like_peft_alone(
+    adapters: dict[str, Path],
+) -> None:
     with lg.recording() as rec:
         guarded = loaded(adapters["r4"])
-        hotswap.hotswap_adapter(guarded, adapters["r16"], adapter_name="default")
+        hotswap.hotswap_adapter(guarded, adapters["r16"], adapter_name="default")  # type: ignore[arg-type]
     assert rec.violations == []
 
     peft_guard.uninstrument()
     plain = loaded(adapters["r4"])
-    hotswap.hotswap_adapter(plain, adapters["r16"], adapter_name="default")
+    hotswap.hotswap_adapter(plain, adapters["r16"], adapter_name="default")  # type: ignore[arg-type]
 
     with torch.inference_mode():
         assert torch.equal(guarded(INPUT).logits, plain(INPUT).logits)
@@ -147,18 +154,20 @@ def test_a_larger_rank_on_an_unprepared_model_swaps_like_peft_alone(adapters):
         assert torch.allclose(guarded(INPUT).logits, reference, atol=1e-5)
 
 
-def test_a_smaller_rank_into_a_padded_model_is_allowed(adapters):
+def test_a_smaller_rank_into_a_padded_model_is_allowed(adapters: dict[str, Path]) -> None:
     model = loaded(adapters["r8"])
     hotswap.prepare_model_for_compiled_hotswap(model, target_rank=16)
     with lg.recording() as rec:
-        hotswap.hotswap_adapter(model, adapters["r4"], adapter_name="default")
+        hotswap.hotswap_adapter(model, adapters["r4"], adapter_name="default")  # type: ignore[arg-type]
     assert rec.violations == []
     with torch.inference_mode():
         reference = loaded(adapters["r4"])(INPUT).logits
         assert torch.allclose(model(INPUT).logits, reference, atol=1e-5)
 
 
-def test_state_dict_swap_with_a_config_that_changes_the_function_is_refused(adapters):
+def test_state_dict_swap_with_a_config_that_changes_the_function_is_refused(
+    adapters: dict[str, Path],
+) -> None:
     model = loaded(adapters["r8"])
     before = snapshot(model)
     weights = safetensors_torch.load_file(str(adapters["r8"] / "adapter_model.safetensors"))
@@ -173,7 +182,7 @@ def test_state_dict_swap_with_a_config_that_changes_the_function_is_refused(adap
     assert_bitwise_equal(before, model)
 
 
-def test_state_dict_swap_whose_a_and_b_disagree_is_refused(adapters):
+def test_state_dict_swap_whose_a_and_b_disagree_is_refused(adapters: dict[str, Path]) -> None:
     model = loaded(adapters["r8"])
     before = snapshot(model)
     weights = safetensors_torch.load_file(str(adapters["r8"] / "adapter_model.safetensors"))
@@ -190,20 +199,22 @@ def test_state_dict_swap_whose_a_and_b_disagree_is_refused(adapters):
     assert_bitwise_equal(before, model)
 
 
-def test_warn_mode_lets_the_swap_through_with_a_warning(adapters):
+def test_warn_mode_lets_the_swap_through_with_a_warning(adapters: dict[str, Path]) -> None:
     model = loaded(adapters["r4"])
     hotswap.prepare_model_for_compiled_hotswap(model, target_rank=8)
     lg.configure(mode="warn")
     try:
         with pytest.warns(lg.LoRAGuardWarning, match="LG001"):
-            hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")
+            hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")  # type: ignore[arg-type]
     finally:
         lg.configure(mode="raise")
 
 
 # --- loading ---------------------------------------------------------------------------------
 
-def test_loading_an_adapter_from_another_base_leaves_the_model_untouched(adapters):
+def test_loading_an_adapter_from_another_base_leaves_the_model_untouched(
+    adapters: dict[str, Path],
+) -> None:
     model = loaded(adapters["r8"])
     before = snapshot(model)
 
@@ -216,7 +227,9 @@ def test_loading_an_adapter_from_another_base_leaves_the_model_untouched(adapter
     assert_bitwise_equal(before, model)
 
 
-def test_loading_an_adapter_with_an_orphan_half_is_refused(adapters, tmp_path):
+def test_loading_an_adapter_with_an_orphan_half_is_refused(
+    adapters: dict[str, Path], tmp_path: Path,
+) -> None:
     broken = tmp_path / "orphan"
     shutil.copytree(adapters["r4"], broken)
     file = broken / "adapter_model.safetensors"
@@ -233,7 +246,9 @@ def test_loading_an_adapter_with_an_orphan_half_is_refused(adapters, tmp_path):
     assert list(model.peft_config) == ["default"]
 
 
-def test_loading_an_adapter_whose_config_rank_lies_is_refused(adapters, tmp_path):
+def test_loading_an_adapter_whose_config_rank_lies_is_refused(
+    adapters: dict[str, Path], tmp_path: Path,
+) -> None:
     lying = tmp_path / "lying"
     shutil.copytree(adapters["r4"], lying)
     config = json.loads((lying / "adapter_config.json").read_text())
@@ -246,7 +261,7 @@ def test_loading_an_adapter_whose_config_rank_lies_is_refused(adapters, tmp_path
     assert "tensors of rank 4 but the config says 8" in str(caught.value)
 
 
-def test_loading_good_adapters_raises_nothing_and_serves_them(adapters):
+def test_loading_good_adapters_raises_nothing_and_serves_them(adapters: dict[str, Path]) -> None:
     with lg.recording() as rec:
         model = loaded(adapters["r4"])
         model.load_adapter(adapters["r16"], adapter_name="big")
@@ -259,7 +274,9 @@ def test_loading_good_adapters_raises_nothing_and_serves_them(adapters):
         assert torch.allclose(out, loaded(adapters["r16"])(INPUT).logits, atol=1e-5)
 
 
-def test_a_config_that_leaves_out_what_peft_defaults_is_no_false_alarm(adapters, tmp_path):
+def test_a_config_that_leaves_out_what_peft_defaults_is_no_false_alarm(
+    adapters: dict[str, Path], tmp_path: Path,
+) -> None:
     """PEFT fills in r=8 and lora_alpha=8 for a hand-written config that omits them."""
     terse = tmp_path / "terse"
     shutil.copytree(adapters["r8"], terse)
@@ -285,11 +302,13 @@ class Vision(torch.nn.Module):
 
 
 @pytest.mark.parametrize("use_dora", [False, True], ids=["lora", "dora"])
-def test_conv_embedding_and_dora_adapters_load_without_a_false_alarm(tmp_path, use_dora):
+def test_conv_embedding_and_dora_adapters_load_without_a_false_alarm(
+    tmp_path: Path, use_dora: bool,
+) -> None:
     targets = ["conv2d", "lin"] if use_dora else ["conv2d", "conv1d", "emb", "lin"]
     trained = get_peft_model(Vision(), LoraConfig(r=4, target_modules=targets,
                                                   use_dora=use_dora))
-    trained.save_pretrained(tmp_path / "adapter")
+    trained.save_pretrained(tmp_path / "adapter")  # type: ignore[arg-type]
 
     with lg.recording() as rec:
         model = PeftModel.from_pretrained(Vision(), tmp_path / "adapter")
@@ -299,7 +318,7 @@ def test_conv_embedding_and_dora_adapters_load_without_a_false_alarm(tmp_path, u
     assert sorted(model.peft_config) == ["again", "default"]
 
 
-def test_loading_an_adapter_from_another_base_names_the_dims(adapters):
+def test_loading_an_adapter_from_another_base_names_the_dims(adapters: dict[str, Path]) -> None:
     with pytest.raises(lg.AdapterError) as caught:
         loaded(adapters["r8"]).load_adapter(adapters["narrow"], adapter_name="narrow")
     assert "mlp.down_proj.lora_A.weight (and 1 more) has in dim 96, but down_proj on the " \
@@ -311,11 +330,11 @@ def mixtral() -> torch.nn.Module:
     config = transformers.MixtralConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=64, num_local_experts=4, num_experts_per_tok=2)
-    return transformers.MixtralForCausalLM(config).eval()
+    return transformers.MixtralForCausalLM(config).eval()  # type: ignore[no-any-return]
 
 
 def test_an_moe_adapter_of_another_layout_is_refused_against_the_adapters_on_the_model(
-        tmp_path):
+        tmp_path: Path) -> None:
     flat = get_peft_model(mixtral(), LoraConfig(
         r=4, target_modules=[], target_parameters=["mlp.experts.gate_up_proj",
                                                     "mlp.experts.down_proj"]))
@@ -345,7 +364,7 @@ def test_an_moe_adapter_of_another_layout_is_refused_against_the_adapters_on_the
 
 # --- instrumenting ---------------------------------------------------------------------------
 
-def test_uninstrument_restores_the_original_functions_exactly():
+def test_uninstrument_restores_the_original_functions_exactly() -> None:
     peft_guard.uninstrument()
     originals = (vars(PeftModel)["load_adapter"], vars(PeftModel)["add_adapter"],
                  hotswap.hotswap_adapter, hotswap.hotswap_adapter_from_state_dict)
@@ -363,7 +382,9 @@ def test_uninstrument_restores_the_original_functions_exactly():
     assert peft_guard.INTEGRATION.patched == []
 
 
-def test_an_old_peft_release_is_not_patched_but_warned_about(monkeypatch):
+def test_an_old_peft_release_is_not_patched_but_warned_about(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     peft_guard.uninstrument()
     monkeypatch.setattr(peft, "__version__", "0.10.0")
     with pytest.warns(lg.integrations.IntegrationWarning, match=r"peft 0\.10\.0 is not patched"):

@@ -8,11 +8,16 @@ adapter is made by PEFT on a tiny model, saved, and loaded back with the integra
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
@@ -32,7 +37,7 @@ class GroupedConv(torch.nn.Module):
         self.head = torch.nn.Linear(32, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.conv(x).mean(dim=(-1, -2)))
+        return self.head(self.conv(x).mean(dim=(-1, -2)))  # type: ignore[no-any-return]
 
 
 class Mlp(torch.nn.Module):
@@ -42,7 +47,7 @@ class Mlp(torch.nn.Module):
         self.lin1 = torch.nn.Linear(32, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin1(torch.relu(self.lin0(x)))
+        return self.lin1(torch.relu(self.lin0(x)))  # type: ignore[no-any-return]
 
 
 class ParameterLinear(torch.nn.Module):
@@ -65,7 +70,7 @@ class ParameterMlp(torch.nn.Module):
         self.lin1 = torch.nn.Linear(32, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin1(torch.relu(self.lin0(x)))
+        return self.lin1(torch.relu(self.lin0(x)))  # type: ignore[no-any-return]
 
 
 def trained(model: torch.nn.Module, config: LoraConfig, path: Path) -> Path:
@@ -74,12 +79,12 @@ def trained(model: torch.nn.Module, config: LoraConfig, path: Path) -> Path:
     for name, param in peft_model.named_parameters():
         if "lora_" in name:
             param.data.normal_(0, 0.05)  # a trained adapter, not PEFT's zero-initialised B
-    peft_model.save_pretrained(path)
+    peft_model.save_pretrained(path)  # type: ignore[arg-type]
     return path
 
 
 @pytest.fixture
-def instrumented():
+def instrumented() -> Iterator[None]:
     peft_guard.instrument()
     yield
     peft_guard.uninstrument()

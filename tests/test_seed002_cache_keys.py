@@ -94,12 +94,12 @@ def test_the_same_weight_again_is_a_plain_hit() -> None:
 
 def test_guarded_cache_is_a_drop_in_dict() -> None:
     pool = LoRAMemoryPool()
-    pool.pinned_weight_store = lg.GuardedCache(pool.pinned_weight_store)
+    pool.pinned_weight_store = lg.GuardedCache(pool.pinned_weight_store)  # type: ignore[assignment]
     store = pool.pinned_weight_store
     assert isinstance(store, dict)
     store["k"] = torch.empty(48, 64)
     assert "k" in store and len(store) == 1 and list(store) == ["k"]
-    assert store.get("k").shape == (48, 64) and store.get("missing") is None
+    assert store.get("k").shape == (48, 64) and store.get("missing") is None  # type: ignore[union-attr]
 
     with pytest.raises(lg.CacheKeyCollisionError):
         store["k"] = torch.empty(24, 64)

@@ -239,7 +239,7 @@ def test_invalid_sequences_are_drawn_when_asked() -> None:
         (lambda: lgst.adapter_plans(targets=("q_proj",), moe_layouts=("flat",)), ValueError,
          "an MoE layout needs an MLP target"),
         (lambda: lgst.adapter_plans(ranks=()), ValueError, "needs at least one value"),
-        (lambda: lgst.adapter_plans(ranks=8), TypeError, "a Hypothesis strategy or a collection"),
+        (lambda: lgst.adapter_plans(ranks=8), TypeError, "a Hypothesis strategy or a collection"),  # type: ignore[arg-type]
         (lambda: lgst.adapter_sets(max_size=0), ValueError, "must be an int >= 1"),
         (lambda: lgst.operations(kinds=("evict",)), ValueError, r"unknown \['evict'\]"),
         (lambda: lgst.operations(kinds=("unload",)), ValueError, "need 'load'"),

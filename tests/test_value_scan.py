@@ -144,7 +144,7 @@ def test_tensors_larger_than_a_chunk_are_streamed(
         return real_pread(fd, count, offset)
 
     monkeypatch.setattr(_values, "CHUNK", 64)
-    monkeypatch.setattr(_values.os, "pread", pread)
+    monkeypatch.setattr(_values.os, "pread", pread)  # type: ignore[attr-defined]
     report = scan(folder)
 
     assert report.codes() == ["LG120"]

@@ -399,56 +399,88 @@ def operations(
         >>> test_swaps_follow_loads()
     """
     kind_pool = _known(kinds, OPERATION_KINDS, "operations(kinds=...)")
-    if not kind_pool:
-        raise ValueError("operations(kinds=...) needs at least one kind")
-    if "load" not in kind_pool and valid_only and set(kind_pool) & {"unload", "swap"}:
-        raise ValueError(
-            "operations(kinds=...): 'unload' and 'swap' need 'load' when valid_only=True"
-        )
     ids = list(dict.fromkeys(names))
-    if not ids or not all(isinstance(n, str) and n for n in ids):
-        raise ValueError(f"operations(names=...) needs non-empty adapter ids, got {names!r}")
+    _check_operation_options(kind_pool, ids, names, valid_only=valid_only)
     _check_size(min_size, "operations(min_size=...)")
     _check_size(max_size, "operations(max_size=...)", minimum=max(min_size, 1))
     if max_loaded is not None:
         _check_size(max_loaded, "operations(max_loaded=...)", minimum=1)
     if not isinstance(valid_only, bool):
         raise TypeError(f"operations(valid_only=...) must be True or False, got {valid_only!r}")
-    source = plans if plans is not None else adapter_plans()
-    slot_st = _values(slots, "operations(slots=...)")
-    rank_st = _values(max_ranks, "operations(max_ranks=...)")
+    space = _OperationSpace(
+        kinds=kind_pool, ids=tuple(ids), max_loaded=max_loaded, valid_only=valid_only,
+        plans=plans if plans is not None else adapter_plans(),
+        slots=_values(slots, "operations(slots=...)"),
+        max_ranks=_values(max_ranks, "operations(max_ranks=...)"),
+    )
 
     @st.composite
     def draw_ops(draw: Callable[[st.SearchStrategy[Any]], Any]) -> list[Operation]:
-        count = draw(st.integers(min_size, max_size))
+        return space.draw_sequence(draw, draw(st.integers(min_size, max_size)))
+
+    return draw_ops()
+
+
+def _check_operation_options(
+    kind_pool: Sequence[str], ids: Sequence[Any], names: Sequence[str], *, valid_only: bool
+) -> None:
+    if not kind_pool:
+        raise ValueError("operations(kinds=...) needs at least one kind")
+    if "load" not in kind_pool and valid_only and set(kind_pool) & {"unload", "swap"}:
+        raise ValueError(
+            "operations(kinds=...): 'unload' and 'swap' need 'load' when valid_only=True"
+        )
+    if not ids or not all(isinstance(n, str) and n for n in ids):
+        raise ValueError(f"operations(names=...) needs non-empty adapter ids, got {names!r}")
+
+
+@dataclass(frozen=True)
+class _OperationSpace:
+    """What `operations` draws from, and the bookkeeping of which ids are loaded."""
+
+    kinds: tuple[str, ...]
+    ids: tuple[str, ...]
+    max_loaded: int | None
+    valid_only: bool
+    plans: st.SearchStrategy[AdapterPlan]
+    slots: st.SearchStrategy[int]
+    max_ranks: st.SearchStrategy[int]
+
+    def possible(self, loaded: list[str]) -> list[str]:
+        """The kinds a correct server accepts now (every kind unless ``valid_only``)."""
+        if not self.valid_only:
+            return list(self.kinds)
+        free = any(n not in loaded for n in self.ids)
+        room = self.max_loaded is None or len(loaded) < self.max_loaded
+        return [k for k in self.kinds if (k == "load" and free and room)
+                or (k in ("unload", "swap") and loaded) or k == "resize"]
+
+    def draw_sequence(self, draw: Callable[[st.SearchStrategy[Any]], Any],
+                      count: int) -> list[Operation]:
         loaded: list[str] = []
         ops: list[Operation] = []
         while len(ops) < count:
-            free = [n for n in ids if n not in loaded]
-            room = max_loaded is None or len(loaded) < max_loaded
-            possible = [k for k in kind_pool if not valid_only or (
-                (k == "load" and free and room)
-                or (k in ("unload", "swap") and loaded)
-                or k == "resize")]
+            possible = self.possible(loaded)
             if not possible:  # e.g. only loads allowed and the pool is full
                 break
-            kind = draw(st.sampled_from(possible))
-            if kind == "resize":
-                ops.append(Operation("resize", slots=draw(slot_st), max_rank=draw(rank_st)))
-                continue
-            if valid_only:
-                name = draw(st.sampled_from(free if kind == "load" else loaded))
-            else:
-                name = draw(st.sampled_from(ids))
-            if kind == "unload":
-                ops.append(Operation("unload", name))
-                if name in loaded:
-                    loaded.remove(name)
-                continue
-            plan = replace(draw(source), name=name)
-            ops.append(Operation(kind, name, plan))
-            if kind == "load" and name not in loaded:
-                loaded.append(name)
+            ops.append(self.draw_one(draw, draw(st.sampled_from(possible)), loaded))
         return ops
 
-    return draw_ops()
+    def draw_one(self, draw: Callable[[st.SearchStrategy[Any]], Any], kind: Kind,
+                 loaded: list[str]) -> Operation:
+        """One operation of ``kind``, updating ``loaded`` as a correct server would."""
+        if kind == "resize":
+            return Operation("resize", slots=draw(self.slots), max_rank=draw(self.max_ranks))
+        if not self.valid_only:
+            name = draw(st.sampled_from(self.ids))
+        elif kind == "load":
+            name = draw(st.sampled_from([n for n in self.ids if n not in loaded]))
+        else:
+            name = draw(st.sampled_from(loaded))
+        if kind == "unload":
+            if name in loaded:
+                loaded.remove(name)
+            return Operation("unload", name)
+        if kind == "load" and name not in loaded:
+            loaded.append(name)
+        return Operation(kind, name, replace(draw(self.plans), name=name))

@@ -70,20 +70,22 @@ def shape_of(obj: Any, *, name: str = "value") -> tuple[int, ...] | None:
                         "dims") from None
     if len(dims) > MAX_DIMS:
         raise ValueError(f"{name}: its shape has more than {MAX_DIMS} dims")
-    out = []
-    for i, dim in enumerate(dims):
-        try:
-            value = operator.index(dim)
-        except TypeError:
-            raise TypeError(f"{name}: dim {i} of the shape is {str(dim)[:40]} "
-                            f"({type(dim).__name__}), not an integer") from None
-        except Exception:  # a jagged tensor's nested int
-            raise TypeError(f"{name}: dim {i} of the shape is ragged ({type(dim).__name__}); "
-                            "pass a regular tensor") from None
-        if value < 0:
-            raise ValueError(f"{name}: dim {i} of the shape is {value}, a negative size")
-        out.append(value)
-    return tuple(out)
+    return tuple(_size(dim, i, name) for i, dim in enumerate(dims))
+
+
+def _size(dim: Any, i: int, name: str) -> int:
+    """Dim ``i`` of a shape as a size: an integer (``operator.index``) that is not negative."""
+    try:
+        value = operator.index(dim)
+    except TypeError:
+        raise TypeError(f"{name}: dim {i} of the shape is {str(dim)[:40]} "
+                        f"({type(dim).__name__}), not an integer") from None
+    except Exception:  # a jagged tensor's nested int
+        raise TypeError(f"{name}: dim {i} of the shape is ragged ({type(dim).__name__}); "
+                        "pass a regular tensor") from None
+    if value < 0:
+        raise ValueError(f"{name}: dim {i} of the shape is {value}, a negative size")
+    return value
 
 
 def dtype_name(obj: Any) -> str | None:

@@ -4,7 +4,7 @@ A spec is space-separated tokens: a name binds a size (the same name must agree 
 argument of the call), an integer is literal, ``_`` is any size, ``k*name`` / ``name*k`` is a
 multiple of a bound size, ``...`` (first only) any number of leading dims.
 
-The guard compiles each spec to straight-line Python for the hot path (see ``_shapes``); this
+The guard compiles each spec to straight-line Python for the hot path (see ``fast_path``); this
 module is the slow, readable version used to explain a failure and by the predicates. Tests
 check that the two agree.
 """
@@ -112,74 +112,92 @@ def bind_dims(
     Returns the bound dims, where each was bound (argument, axis), and the violations. An
     argument whose value is None is skipped (optional tensors).
     """
-    bound: dict[str, _Bound] = {}
-    found: list[Violation] = []
+    call = _Call(subject, specs)
     seen_dtypes: dict[str, str] = {}
+    for arg, spec in specs.items():
+        value = values.get(arg)
+        if value is None or not call.read_shape(arg, spec, value):
+            continue
+        if dtypes is not None or same_dtype:
+            seen_dtypes[arg] = call.check_dtype(arg, value, dtypes)
     # Plain names bind first so that a multiple can be checked against them wherever it stands.
     order = sorted(
         ((arg, i) for arg, spec in specs.items() for i in range(len(spec.dims))),
         key=lambda item: specs[item[0]].dims[item[1]].kind == "multiple",
     )
-    shapes: dict[str, tuple[int, ...]] = {}
-    for arg, spec in specs.items():
-        value = values.get(arg)
-        if value is None:
-            continue
+    for arg, i in order:
+        if arg in call.shapes:
+            call.bind(arg, i)
+    found = call.found
+    if same_dtype and len(set(seen_dtypes.values())) > 1:
+        found.append(make_violation("LG004", "same-dtype", subject, dtypes=seen_dtypes))
+    dims = {name: b.value for name, b in call.bound.items()}
+    if where is not None and not found and not where(dict(dims)):
+        found.append(make_violation("LG004", "where", subject, dims=dims))
+    return dims, {name: (b.argument, b.axis) for name, b in call.bound.items()}, found
+
+
+class _Call:
+    """One call being checked: the shapes read, the dims bound, the violations found."""
+
+    def __init__(self, subject: str, specs: Mapping[str, DimSpec]) -> None:
+        self.subject = subject
+        self.specs = specs
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.bound: dict[str, _Bound] = {}
+        self.found: list[Violation] = []
+
+    def read_shape(self, arg: str, spec: DimSpec, value: Any) -> bool:
+        """Record the argument's shape if it has one of the spec's rank; else report."""
         shape = shape_of(value) if hasattr(value, "shape") else None
         if shape is None:
-            found.append(
-                make_violation("LG004", "no-shape", subject,
-                               argument=arg, type=type(value).__name__, spec=spec.text)
-            )
-            continue
+            self.found.append(make_violation("LG004", "no-shape", self.subject, argument=arg,
+                                             type=type(value).__name__, spec=spec.text))
+            return False
         want = len(spec.dims)
         if len(shape) < want if spec.ellipsis else len(shape) != want:
-            found.append(
-                make_violation("LG004", "ndim", subject, argument=arg, ndim=len(shape),
+            self.found.append(
+                make_violation("LG004", "ndim", self.subject, argument=arg, ndim=len(shape),
                                shape=shape, spec=spec.text,
                                expected_ndim=f"at least {want}" if spec.ellipsis else want)
             )
-            continue
-        shapes[arg] = shape
-        if dtypes is not None or same_dtype:
-            name = dtype_name(value) or "?"
-            seen_dtypes[arg] = name
-            if dtypes is not None and name not in dtypes:
-                found.append(
-                    make_violation("LG004", "dtype", subject, argument=arg, got=name,
-                                   expected=sorted(dtypes))
-                )
-    for arg, i in order:
-        if arg not in shapes:
-            continue
-        spec, shape = specs[arg], shapes[arg]
+            return False
+        self.shapes[arg] = shape
+        return True
+
+    def check_dtype(self, arg: str, value: Any, dtypes: frozenset[str] | None) -> str:
+        """The argument's dtype name, reported if not among ``dtypes``."""
+        name = dtype_name(value) or "?"
+        if dtypes is not None and name not in dtypes:
+            self.found.append(make_violation("LG004", "dtype", self.subject, argument=arg,
+                                             got=name, expected=sorted(dtypes)))
+        return name
+
+    def bind(self, arg: str, i: int) -> None:
+        """Check token ``i`` of ``arg``'s spec against its size, binding a new name."""
+        spec, shape = self.specs[arg], self.shapes[arg]
         dim, axis = spec.dims[i], spec.axis(i)
         got = shape[axis]
+        where: dict[str, Any] = {"argument": arg, "axis": axis, "got": got, "shape": shape,
+                                 "spec": spec.text}
         if dim.kind == "any":
-            continue
+            return
         if dim.kind == "literal":
             if got != dim.value:
-                found.append(make_violation("LG004", "literal", subject, argument=arg, axis=axis,
-                                            got=got, shape=shape, spec=spec.text,
-                                            expected=dim.value))
-            continue
+                self.found.append(make_violation("LG004", "literal", self.subject, **where,
+                                                 expected=dim.value))
+            return
         factor = dim.value if dim.kind == "multiple" else 1
         if got % factor:
-            found.append(make_violation("LG004", "multiple", subject, argument=arg, axis=axis,
-                                        got=got, shape=shape, spec=spec.text, factor=factor))
-            continue
-        prior = bound.get(dim.name)
+            self.found.append(make_violation("LG004", "multiple", self.subject, **where,
+                                             factor=factor))
+            return
+        prior = self.bound.get(dim.name)
         if prior is None:
-            bound[dim.name] = _Bound(got // factor, arg, axis)
+            self.bound[dim.name] = _Bound(got // factor, arg, axis)
         elif prior.value * factor != got:
-            found.append(make_violation("LG004", "bound", subject, argument=arg, axis=axis,
-                                        dim=dim.name if factor == 1 else f"{factor}*{dim.name}",
-                                        expected=prior.value * factor, bound_by=prior.argument,
-                                        got=got, shape=shape, spec=spec.text))
-    if same_dtype and len(set(seen_dtypes.values())) > 1:
-        found.append(make_violation("LG004", "same-dtype", subject, dtypes=seen_dtypes))
-    dims = {name: b.value for name, b in bound.items()}
-    if where is not None and not found and not where(dict(dims)):
-        found.append(make_violation("LG004", "where", subject, dims=dims))
-    return dims, {name: (b.argument, b.axis) for name, b in bound.items()}, found
-
+            self.found.append(make_violation(
+                "LG004", "bound", self.subject, argument=arg, axis=axis,
+                dim=dim.name if factor == 1 else f"{factor}*{dim.name}",
+                expected=prior.value * factor, bound_by=prior.argument,
+                got=got, shape=shape, spec=spec.text))

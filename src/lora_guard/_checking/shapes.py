@@ -10,10 +10,8 @@ with the reference interpreter in ``_dims``, reports, and keeps the state transa
 from __future__ import annotations
 
 import ast
-import copy
 import functools
 import inspect
-import linecache
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -21,8 +19,14 @@ from typing import Any, TypeVar, cast
 
 from lora_guard._checking.checks import dtype_name, shape_of
 from lora_guard._checking.dims import DimSpec, bind_dims, parse_spec
+from lora_guard._checking.fast_path import (
+    FastPathPlan,
+    build_fast_path,
+    default_name,
+    inline_where,
+)
 from lora_guard._core.config import STATE, report
-from lora_guard._core.errors import make_violation
+from lora_guard._core.errors import Violation, make_violation
 
 __all__ = ["frozen_dims", "shapes", "unfreeze"]
 
@@ -74,28 +78,38 @@ def _store_of(owner: Any, *, create: bool) -> _FrozenStore | None:
     try:
         namespace = vars(owner)
     except TypeError:
-        namespace = None
-    if namespace is not None:
-        found = namespace.get(_STORE_KEY)
-        if isinstance(found, _FrozenStore):
-            if found.owner in (0, id(owner)) or isinstance(owner, type):
-                found.owner = found.owner or (0 if isinstance(owner, type) else id(owner))
-                return found
-            # copy.copy(pool) shares the original's __dict__ entries: the copy gets its own
-            # store, starting from the dims frozen so far, so freezing one never binds both
-            with _LOCK:
-                found = namespace[_STORE_KEY] = found.copy()
-                found.owner = id(owner)
+        return _store_outside(owner, create=create)
+    return _store_in_namespace(owner, namespace, create=create)
+
+
+def _store_in_namespace(
+    owner: Any, namespace: Any, *, create: bool
+) -> _FrozenStore | None:
+    """The store kept in the owner's own ``__dict__`` (an instance) or as a class attribute."""
+    found = namespace.get(_STORE_KEY)
+    if isinstance(found, _FrozenStore):
+        if found.owner in (0, id(owner)) or isinstance(owner, type):
+            found.owner = found.owner or (0 if isinstance(owner, type) else id(owner))
             return found
-        if not create:
-            return None
-        created = _FrozenStore()
-        if isinstance(owner, type):
-            setattr(owner, _STORE_KEY, created)
-        else:
-            created.owner = id(owner)
-            namespace[_STORE_KEY] = created
-        return created
+        # copy.copy(pool) shares the original's __dict__ entries: the copy gets its own
+        # store, starting from the dims frozen so far, so freezing one never binds both
+        with _LOCK:
+            found = namespace[_STORE_KEY] = found.copy()
+            found.owner = id(owner)
+        return found
+    if not create:
+        return None
+    created = _FrozenStore()
+    if isinstance(owner, type):
+        setattr(owner, _STORE_KEY, created)
+    else:
+        created.owner = id(owner)
+        namespace[_STORE_KEY] = created
+    return created
+
+
+def _store_outside(owner: Any, *, create: bool) -> _FrozenStore | None:
+    """The store of an owner without a ``__dict__``: by weak reference, else kept alive."""
     try:
         store = _FOREIGN_STORES.get(owner)
         if store is None and create:
@@ -233,10 +247,27 @@ class _ShapeGuard:
         if not self.frozen:
             return self.fn(*args, **kwargs)
         owner = bound.arguments[self.owner_param] if self.owner_param else self
+        store, drift, newly = self._freeze(owner, dims, origin, values)
+        if drift:
+            report(drift)  # refused before the body ran: the owner's state is untouched
+            return self.fn(*args, **kwargs)
+        try:
+            result = self.fn(*args, **kwargs)
+        except BaseException:
+            if newly:  # the first call failed: nothing was allocated, so freeze nothing...
+                self._release(store, newly)
+            raise
+        self._confirm(owner, store, dims)
+        return result
+
+    def _freeze(
+        self, owner: Any, dims: dict[str, int], origin: dict[str, tuple[str, int]],
+        values: dict[str, Any],
+    ) -> tuple[_FrozenStore, list[Violation], dict[str, int]]:
+        """The owner's store, LG001 for each frozen dim this call changes, and (when none
+        does) the dims this call freezes for the first time, already recorded."""
         with _LOCK:
-            store = (
-                self.function_store if owner is self else _store_of(owner, create=True)
-            )
+            store = self.function_store if owner is self else _store_of(owner, create=True)
             assert store is not None
             drift = [
                 make_violation(
@@ -248,27 +279,26 @@ class _ShapeGuard:
                 for dim in self.frozen
                 if dim in dims and dim in store.dims and store.dims[dim] != dims[dim]
             ]
-            newly: dict[str, int] = {}
-            if not drift:
-                newly = {d: dims[d] for d in self.frozen if d in dims and d not in store.dims}
-                store.dims.update(newly)
-                store.origin.update(dict.fromkeys(newly, self.subject))
-        if drift:
-            report(drift)  # refused before the body ran: the owner's state is untouched
-            return self.fn(*args, **kwargs)
-        try:
-            result = self.fn(*args, **kwargs)
-        except BaseException:
-            if newly:  # the first call failed: nothing was allocated, so freeze nothing...
-                with _LOCK:
-                    for dim, value in newly.items():
-                        # ...unless a concurrent call with these dims has succeeded since.
-                        if dim not in store.confirmed and store.dims.get(dim) == value:
-                            del store.dims[dim]
-                            store.origin.pop(dim, None)
-            raise
-        # Only a call whose body succeeded opens the fast path: until then every call comes
-        # here, so a failed first call can still be undone.
+            if drift:
+                return store, drift, {}
+            newly = {d: dims[d] for d in self.frozen if d in dims and d not in store.dims}
+            store.dims.update(newly)
+            store.origin.update(dict.fromkeys(newly, self.subject))
+        return store, [], newly
+
+    @staticmethod
+    def _release(store: _FrozenStore, newly: dict[str, int]) -> None:
+        """Undo a failed first call's freezing, unless a concurrent call with these dims has
+        succeeded since."""
+        with _LOCK:
+            for dim, value in newly.items():
+                if dim not in store.confirmed and store.dims.get(dim) == value:
+                    del store.dims[dim]
+                    store.origin.pop(dim, None)
+
+    def _confirm(self, owner: Any, store: _FrozenStore, dims: dict[str, int]) -> None:
+        """A call whose body succeeded confirms its dims and opens the fast path: until then
+        every call takes the slow path, so a failed first call can still be undone."""
         with _LOCK:
             bound_frozen = [d for d in self.frozen if d in dims]
             if all(store.dims.get(d) == dims[d] for d in bound_frozen):
@@ -276,86 +306,24 @@ class _ShapeGuard:
                 if len(bound_frozen) == len(self.frozen):
                     _set_fast_entry(None if owner is self else owner, store, self.fast_key,
                                     tuple(dims[d] for d in self.frozen))
-        return result
-
-
-def _dim_order(specs: Mapping[str, DimSpec]) -> list[tuple[str, int]]:
-    items = [(arg, i) for arg, spec in specs.items() for i in range(len(spec.dims))]
-    return sorted(items, key=lambda item: specs[item[0]].dims[item[1]].kind == "multiple")
-
-
-# What an inlined ``where`` may contain: arithmetic, comparisons and boolean logic over
-# constants and its argument subscripted with constant dim names, nothing that calls or looks
-# up a name (so the inlined expression means exactly what the lambda computes).
-_INLINE_NODES = (
-    ast.Expression, ast.Compare, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.IfExp, ast.Constant,
-    ast.Tuple, ast.List, ast.Set, ast.Subscript, ast.Name, ast.Load,
-    ast.boolop, ast.operator, ast.unaryop, ast.cmpop,
-)
-
-
-def _inline_where(where: Callable[..., Any], bound: set[str]) -> str | None:
-    """The body of a ``lambda d: ...`` over ``d["dim"]`` as an expression over the wrapper's
-    dim locals (``_lg_d_dim``), or None when it is anything else (then it is called)."""
-    code = getattr(where, "__code__", None)
-    if (code is None or getattr(where, "__name__", "") != "<lambda>" or code.co_argcount != 1
-            or code.co_kwonlyargcount or code.co_posonlyargcount
-            or getattr(where, "__defaults__", None) or getattr(where, "__closure__", None)):
-        return None
-    try:
-        lines = linecache.getlines(code.co_filename)
-        tree = ast.parse("".join(lines)) if lines else None
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    if tree is None:
-        return None
-    found = [node for node in ast.walk(tree) if isinstance(node, ast.Lambda)
-             and node.lineno == code.co_firstlineno and _same_lambda(node, code)]
-    if len(found) != 1:
-        return None
-    node = found[0]
-    arg = node.args.args[0].arg
-    body = ast.Expression(body=copy.deepcopy(node.body))
-    for sub in ast.walk(body):
-        if not isinstance(sub, _INLINE_NODES):
-            return None
-        if isinstance(sub, ast.Name) and sub.id != arg:
-            return None  # a global or a builtin: keep the lambda's own lookup
-    for sub in ast.walk(body):  # every use of the argument is d["dim"] with a bound dim
-        if isinstance(sub, ast.Subscript):
-            key = sub.slice
-            if not (isinstance(sub.value, ast.Name) and sub.value.id == arg
-                    and isinstance(key, ast.Constant) and isinstance(key.value, str)
-                    and key.value in bound):
-                return None
-    n_names = sum(isinstance(sub, ast.Name) for sub in ast.walk(body))
-    n_subs = sum(isinstance(sub, ast.Subscript) for sub in ast.walk(body))
-    if n_names != n_subs:
-        return None  # the argument used otherwise than subscripted
-
-    class _ToLocals(ast.NodeTransformer):
-        def visit_Subscript(self, sub: ast.Subscript) -> ast.AST:
-            name = str(cast(ast.Constant, sub.slice).value)
-            return ast.copy_location(ast.Name(id=f"_lg_d_{name}", ctx=ast.Load()), sub)
-
-    return ast.unparse(_ToLocals().visit(body).body)
-
-
-def _same_lambda(node: ast.Lambda, code: Any) -> bool:
-    """Whether ``node`` compiles to ``code`` (the lambda found is the one passed)."""
-    try:
-        compiled = compile(ast.Expression(body=node), code.co_filename, "eval")
-    except (SyntaxError, ValueError, TypeError):
-        return False
-    inner = [c for c in compiled.co_consts if hasattr(c, "co_code")]
-    return len(inner) == 1 and inner[0].co_code == code.co_code and \
-        inner[0].co_consts == code.co_consts and inner[0].co_names == code.co_names
 
 
 def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
-    """Generate the wrapper's source: the function's own signature, then straight-line checks."""
-    fn, specs = guard.fn, guard.specs
-    params, call_parts, pack_args, pack_kwargs = [], [], [], []
+    """The wrapper: the function's own signature, then straight-line checks (`fast_path`)."""
+    fn = guard.fn
+    reserved = [name for name in guard.signature.parameters if name.startswith("_lg_")]
+    if reserved:
+        raise ValueError(f"lora_guard.shapes: parameter names starting with _lg_ are "
+                         f"reserved, rename {reserved[0]!r}")
+    bound = {name for spec in guard.specs.values() for name in spec.names}
+    where = None if guard.where is None else inline_where(guard.where, bound)
+    plan = FastPathPlan(
+        name=fn.__name__ if fn.__name__.isidentifier() else "wrapper",
+        signature=guard.signature, specs=guard.specs, check_dtypes=guard.dtypes is not None,
+        same_dtype=guard.same_dtype, has_where=guard.where is not None, where=where,
+        frozen=guard.frozen, owner_param=guard.owner_param,
+    )
+    module = build_fast_path(plan)
     namespace: dict[str, Any] = {
         "_lg_fn": fn,
         "_lg_state": STATE,
@@ -367,144 +335,12 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
         "_lg_key": guard.fast_key,
         "_lg_Slow": _Slow,
     }
-    saw_kw_only_marker = False
-    previous_kind = None
-    for p in guard.signature.parameters.values():
-        if p.name.startswith("_lg_"):
-            raise ValueError(f"lora_guard.shapes: parameter names starting with _lg_ are "
-                             f"reserved, rename {p.name!r}")
-        if previous_kind == p.POSITIONAL_ONLY and p.kind != p.POSITIONAL_ONLY:
-            params.append("/")
-        default = ""
-        if p.default is not p.empty:
-            namespace[f"_lg_default_{p.name}"] = p.default
-            default = f"=_lg_default_{p.name}"
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            params.append(p.name + default)
-            call_parts.append(p.name)
-            pack_args.append(p.name)
-        elif p.kind == p.VAR_POSITIONAL:
-            params.append("*" + p.name)
-            call_parts.append("*" + p.name)
-            saw_kw_only_marker = True
-        elif p.kind == p.KEYWORD_ONLY:
-            if not saw_kw_only_marker:
-                params.append("*")
-                saw_kw_only_marker = True
-            params.append(p.name + default)
-            call_parts.append(f"{p.name}={p.name}")
-            pack_kwargs.append(f"{p.name!r}: {p.name}")
-        else:  # VAR_KEYWORD
-            params.append("**" + p.name)
-            call_parts.append("**" + p.name)
-            pack_kwargs.append("**" + p.name)
-        previous_kind = p.kind
-    if previous_kind == inspect.Parameter.POSITIONAL_ONLY:
-        params.append("/")
-    star = next((p.name for p in guard.signature.parameters.values()
-                 if p.kind == p.VAR_POSITIONAL), None)
-    packed = f"({', '.join(pack_args)}{',' if pack_args else ''})"
-    if star:
-        packed += f" + {star}"
-    slow_call = f"return _lg_slow({packed}, {{{', '.join(pack_kwargs)}}})"
-    call = f"return _lg_fn({', '.join(call_parts)})"
-
-    lines = [
-        f"def {fn.__name__ if fn.__name__.isidentifier() else 'wrapper'}({', '.join(params)}):",
-        "    if _lg_state.off or _lg_compiling():",
-        f"        {call}",
-        "    try:",
-    ]
-    local: dict[tuple[str, int], str] = {}
-    checks_after_len: list[str] = []
-    for k, (arg, spec) in enumerate(specs.items()):
-        n = len(spec.dims)
-        if spec.ellipsis:
-            lines.append(f"        _lg_s{k} = {arg}.shape")
-            checks_after_len.append(f"len(_lg_s{k}) < {n}")
-            for i in range(n):
-                local[(arg, i)] = f"_lg_s{k}[{spec.axis(i)}]"
-        else:
-            targets = [f"_lg_{k}_{i}" for i in range(n)]
-            if n == 0:
-                lines.append(f"        _lg_s{k} = {arg}.shape")
-                checks_after_len.append(f"len(_lg_s{k}) != 0")
-            elif n == 1:
-                lines.append(f"        ({targets[0]},) = {arg}.shape")
-            else:
-                lines.append(f"        {', '.join(targets)} = {arg}.shape")
-            for i in range(n):
-                local[(arg, i)] = targets[i]
-        # Inside the try, leave it (raise _lg_Slow) rather than call the slow path there:
-        # the slow path's ShapeContractError is a ValueError, and the except below would
-        # run the slow path a second time, reporting the violation twice.
-        if guard.dtypes is not None:
-            lines.append(f"        if {arg}.dtype not in _lg_dtypes:")
-            lines.append("            raise _lg_Slow")
-    if guard.same_dtype and len(specs) > 1:
-        first, *rest = specs
-        cond = " or ".join(f"{a}.dtype != {first}.dtype" for a in rest)
-        lines.append(f"        if {cond}:")
-        lines.append("            raise _lg_Slow")
-    lines += ["    except (AttributeError, TypeError, ValueError, _lg_Slow):",
-              f"        {slow_call}"]
-    if checks_after_len:
-        lines += [f"    if {' or '.join(checks_after_len)}:", f"        {slow_call}"]
-
-    bound: set[str] = set()
-    conds: list[str] = []
-
-    def flush() -> None:
-        if conds:
-            lines.append(f"    if {' or '.join(conds)}:")
-            lines.append(f"        {slow_call}")
-            conds.clear()
-
-    for arg, i in _dim_order(specs):
-        dim, ref = specs[arg].dims[i], local[(arg, i)]
-        if dim.kind == "literal":
-            conds.append(f"{ref} != {dim.value}")
-        elif dim.kind == "name":
-            if dim.name in bound:
-                conds.append(f"{ref} != _lg_d_{dim.name}")
-            else:
-                flush()
-                lines.append(f"    _lg_d_{dim.name} = {ref}")
-                bound.add(dim.name)
-        elif dim.kind == "multiple":
-            if dim.name in bound:
-                conds.append(f"{ref} != {dim.value} * _lg_d_{dim.name}")
-            else:
-                conds.append(f"{ref} % {dim.value}")
-                flush()
-                lines.append(f"    _lg_d_{dim.name} = {ref} // {dim.value}")
-                bound.add(dim.name)
-    flush()
-    if guard.where is not None:
-        inline = _inline_where(guard.where, bound)
-        if inline is None:  # not a plain expression over its dims: call it with a dict
-            mapping = ", ".join(f"{name!r}: _lg_d_{name}" for name in sorted(bound))
-            inline = f"_lg_where({{{mapping}}})"
-        lines += [f"    if not ({inline}):", f"        {slow_call}"]
-    if guard.frozen:
-        values = ", ".join(f"_lg_d_{d}" for d in guard.frozen) + ","
-        if guard.owner_param:
-            lines += [
-                "    try:",
-                f"        _lg_fz = {guard.owner_param}.__dict__.get(_lg_key)",
-                "    except AttributeError:",
-                f"        {slow_call}",
-            ]
-        else:
-            lines += ["    _lg_fz = _lg_calls.get(_lg_key)"]
-        lines += [f"    if _lg_fz != ({values}):", f"        {slow_call}"]
-    lines.append(f"    {call}")
-    source = "\n".join(lines) + "\n"
+    namespace.update((default_name(p.name), p.default)
+                     for p in guard.signature.parameters.values() if p.default is not p.empty)
     filename = f"<lora_guard.shapes {fn.__module__}.{fn.__qualname__}>"
-    code = compile(source, filename, "exec")
-    exec(code, namespace)
-    wrapper = namespace[lines[0][4:].split("(", 1)[0]]
-    wrapper.__lora_guard_source__ = source
+    exec(compile(module, filename, "exec"), namespace)
+    wrapper = namespace[plan.name]
+    wrapper.__lora_guard_source__ = ast.unparse(module) + "\n"
     return cast("Callable[..., Any]", wrapper)
 
 
