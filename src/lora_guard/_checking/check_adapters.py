@@ -7,7 +7,7 @@ import os
 import pathlib
 import stat
 import types
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Union, cast
@@ -244,14 +244,15 @@ class ServingLimits:
         object.__setattr__(self, name, value)
 
     @classmethod
-    def for_engine(cls, name: str, *argv: str, version: str | None = None,
+    def for_engine(cls, name: str, *argv: str | Sequence[str], version: str | None = None,
                    **engine_options: Any) -> ServingLimits:
         """The limits of one engine release, from its own serve flags and defaults.
 
         ``name`` is ``"vllm"``, ``"sglang"`` or ``"peft"``, optionally pinned
         (``"vllm==0.34.0"``; ``version=`` does the same); without a version the newest
         supported release. ``argv`` are the engine's flags as on its command line
-        (``"--max-lora-rank", "64"``; flags that do not bear on LoRA are ignored);
+        (``"--max-lora-rank", "64"``, or one list of them; flags that do not bear on LoRA are
+        ignored);
         ``engine_options`` the same by their Python names (``max_lora_rank=64``), plus
         ``base_config=``. The engine's defaults fill in the rest (vLLM ``max_lora_rank`` 16).
         An unknown engine or release, a LoRA flag that cannot be parsed or a combination the
