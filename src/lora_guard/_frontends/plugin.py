@@ -20,7 +20,7 @@ import threading
 from collections.abc import Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import pytest
 
@@ -123,7 +123,7 @@ def _load_integrations(names: Iterable[str]) -> list[tuple[str, _Instrumentable]
             ) from exc
         except (AttributeError, TypeError, ValueError) as exc:
             raise pytest.UsageError(f"--lora-guard-instrument={name}: {exc}") from exc
-        loaded.append((name, cast(_Instrumentable, integration)))
+        loaded.append((name, integration))
     return loaded
 
 
