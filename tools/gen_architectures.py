@@ -58,7 +58,8 @@ def tiny_model(model_type: str) -> torch.nn.Module | None:
     shrink(config)
     with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")
-        model: torch.nn.Module = AutoModelForCausalLM.from_config(config)
+        model: torch.nn.Module = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+            config)
     return model
 
 
@@ -91,8 +92,8 @@ def print_module(table: dict[str, list[str]]) -> None:
     print("def _words(text: str) -> list[str]:")
     print("    return text.split()\n\n")
     groups: dict[tuple[str, ...], list[str]] = {}
-    for model_type, names in table.items():
-        groups.setdefault(tuple(names), []).append(model_type)
+    for model_type, leaf_names in table.items():
+        groups.setdefault(tuple(leaf_names), []).append(model_type)
     print("_LEAVES: tuple[tuple[list[str], frozenset[str]], ...] = (")
     for names, types in groups.items():
         kinds = " ".join(types)
