@@ -48,6 +48,87 @@ def fill(path: pathlib.Path) -> None:
             size -= len(chunk)
 
 
+def bench_many(root: pathlib.Path, n: int, repeat: int) -> None:
+    """Part 1: inspect and check ``n`` small adapters, vs safe_open + get_slice of each."""
+    from safetensors import safe_open
+
+    folders = [write_adapter(root / "many" / f"a{i:04d}") for i in range(n)]
+
+    def inspect_all() -> None:
+        forget_remembered()
+        for folder in folders:
+            lg.inspect_adapter(folder)
+
+    def check_all() -> None:
+        forget_remembered()
+        assert lg.check_adapters(root / "many").ok
+
+    def safe_open_all() -> None:
+        for folder in folders:
+            json.loads((folder / "adapter_config.json").read_text())
+            with safe_open(str(folder / "adapter_model.safetensors"), "pt") as f:
+                for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    f.get_slice(key).get_shape()
+
+    print(f"\n{n} small adapters (r=8, q_proj+v_proj, 2 layers, 8 tensors each)")
+    for label, fn in (("lg.inspect_adapter, each", inspect_all),
+                      ("lg.check_adapters(folder)", check_all),
+                      ("safe_open + get_slice, each", safe_open_all)):
+        fn()  # warm the page cache and imports
+        best, median = best_and_median(fn, repeat)
+        print(f"  {label:30s} best {best * 1e3:8.1f} ms  median {median * 1e3:8.1f} ms  "
+              f"({median / n * 1e6:6.1f} us per adapter)")
+
+
+def write_big(root: pathlib.Path, big_mb: int) -> tuple[pathlib.Path, int]:
+    """One big adapter of about ``big_mb`` MB: rank 64 on every linear module of a 4096-wide
+    model, its data filled with non-zero bytes. Returns its folder and its number of layers."""
+    per_layer = 2 * 64 * (4 * (4096 + 4096) + 3 * (4096 + 11008))  # fp16 bytes
+    layers = max(1, round(big_mb * 1e6 / per_layer))
+    big = write_adapter(root / "big", rank=64, layers=layers, hidden_size=4096,
+                        intermediate_size=11008, num_heads=32, num_kv_heads=32,
+                        targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                 "up_proj", "down_proj"))
+    fill(big / "adapter_model.safetensors")
+    return big, layers
+
+
+def bench_big(root: pathlib.Path, big_mb: int, repeat: int) -> None:
+    """Part 2: a first inspect of one big adapter, vs load_file and vs a full load."""
+    from safetensors.torch import load_file
+
+    big, layers = write_big(root, big_mb)
+    weights = big / "adapter_model.safetensors"
+    size = weights.stat().st_size
+    load_file(str(weights))  # warm
+    lg.inspect_adapter(big)
+
+    def inspect_first() -> None:
+        forget_remembered()
+        lg.inspect_adapter(big)
+
+    best_i, median_i = best_and_median(inspect_first, repeat)
+    best_l, median_l = best_and_median(lambda: load_file(str(weights)), repeat)
+
+    def load_and_read() -> None:  # what a server does next: copy the data into its pool
+        for tensor in load_file(str(weights)).values():
+            tensor.clone()
+
+    best_r, median_r = best_and_median(load_and_read, repeat)
+    spec = lg.inspect_adapter(big)
+    print(f"\none adapter of {size / 1e6:.1f} MB ({len(spec.tensors)} tensors, "
+          f"{layers} layers, rank 64)")
+    print(f"  {'lg.inspect_adapter':30s} best {best_i * 1e3:8.2f} ms  "
+          f"median {median_i * 1e3:8.2f} ms")
+    print(f"  {'safetensors.torch.load_file':30s} best {best_l * 1e3:8.2f} ms  "
+          f"median {median_l * 1e3:8.2f} ms")
+    print(f"  {'load_file + copy every tensor':30s} best {best_r * 1e3:8.2f} ms  "
+          f"median {median_r * 1e3:8.2f} ms")
+    print(f"  inspect is {median_l / median_i:.1f}x faster than load_file and "
+          f"{median_r / median_i:.0f}x faster than a full load, load_file + copy (medians;"
+          f" best {best_r / best_i:.0f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--adapters", type=int, default=1000)
@@ -55,77 +136,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
 
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
+    print(f"python {sys.version.split()[0]}, lora_guard {lg.__version__}")
     with tempfile.TemporaryDirectory() as tmp:
         root = pathlib.Path(tmp)
-        folders = [write_adapter(root / "many" / f"a{i:04d}") for i in range(args.adapters)]
-
-        def inspect_all() -> None:
-            forget_remembered()
-            for folder in folders:
-                lg.inspect_adapter(folder)
-
-        def check_all() -> None:
-            forget_remembered()
-            assert lg.check_adapters(root / "many").ok
-
-        def safe_open_all() -> None:
-            for folder in folders:
-                json.loads((folder / "adapter_config.json").read_text())
-                with safe_open(str(folder / "adapter_model.safetensors"), "pt") as f:
-                    for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
-                        f.get_slice(key).get_shape()
-
-        n = args.adapters
-        print(f"python {sys.version.split()[0]}, lora_guard {lg.__version__}")
-        print(f"\n{n} small adapters (r=8, q_proj+v_proj, 2 layers, 8 tensors each)")
-        for label, fn in (("lg.inspect_adapter, each", inspect_all),
-                          ("lg.check_adapters(folder)", check_all),
-                          ("safe_open + get_slice, each", safe_open_all)):
-            fn()  # warm the page cache and imports
-            best, median = best_and_median(fn, args.repeat)
-            print(f"  {label:30s} best {best * 1e3:8.1f} ms  median {median * 1e3:8.1f} ms  "
-                  f"({median / n * 1e6:6.1f} us per adapter)")
-
-        # One big adapter: rank 64 on every linear module of a 4096-wide model.
-        per_layer = 2 * 64 * (4 * (4096 + 4096) + 3 * (4096 + 11008))  # fp16 bytes
-        layers = max(1, round(args.big_mb * 1e6 / per_layer))
-        big = write_adapter(root / "big", rank=64, layers=layers, hidden_size=4096,
-                            intermediate_size=11008, num_heads=32, num_kv_heads=32,
-                            targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                     "up_proj", "down_proj"))
-        weights = big / "adapter_model.safetensors"
-        fill(weights)
-        size = weights.stat().st_size
-        load_file(str(weights))  # warm
-        lg.inspect_adapter(big)
-
-        def inspect_first() -> None:
-            forget_remembered()
-            lg.inspect_adapter(big)
-
-        best_i, median_i = best_and_median(inspect_first, args.repeat)
-        best_l, median_l = best_and_median(lambda: load_file(str(weights)), args.repeat)
-
-        def load_and_read() -> None:  # what a server does next: copy the data into its pool
-            for tensor in load_file(str(weights)).values():
-                tensor.clone()
-
-        best_r, median_r = best_and_median(load_and_read, args.repeat)
-        spec = lg.inspect_adapter(big)
-        print(f"\none adapter of {size / 1e6:.1f} MB ({len(spec.tensors)} tensors, "
-              f"{layers} layers, rank 64)")
-        print(f"  {'lg.inspect_adapter':30s} best {best_i * 1e3:8.2f} ms  "
-              f"median {median_i * 1e3:8.2f} ms")
-        print(f"  {'safetensors.torch.load_file':30s} best {best_l * 1e3:8.2f} ms  "
-              f"median {median_l * 1e3:8.2f} ms")
-        print(f"  {'load_file + copy every tensor':30s} best {best_r * 1e3:8.2f} ms  "
-              f"median {median_r * 1e3:8.2f} ms")
-        print(f"  inspect is {median_l / median_i:.1f}x faster than load_file and "
-              f"{median_r / median_i:.0f}x faster than a full load, load_file + copy (medians;"
-              f" best {best_r / best_i:.0f}x)")
+        bench_many(root, args.adapters, args.repeat)
+        bench_big(root, args.big_mb, args.repeat)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,52 @@ LAYOUTS = (lg.MoELayout.SHARED_OUTER, lg.MoELayout.PER_EXPERT, None)
 # --- LayoutRegistry behind @guard_adapter_load ---------------------------------------------
 
 
+class _LayoutMonitor:
+    """A thread that reads the registry's pool over and over while the workers change it, and
+    records any moment at which the pool holds two MoE layouts."""
+
+    def __init__(self, registry: lg.LayoutRegistry) -> None:
+        self.registry = registry
+        self.snapshots = 0
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        try:
+            while not self._stop.is_set():
+                layouts = {lay for lay in self.registry.adapters.values() if lay is not None}
+                assert len(layouts) <= 1, f"the pool holds {layouts}"
+                self.snapshots += 1
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def __enter__(self) -> _LayoutMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _try_load(load: Callable[..., None], registry: lg.LayoutRegistry, name: str,
+              layout: lg.MoELayout | None, *, fail: bool) -> str:
+    """Load one adapter; return what happened to it: "loaded", "failed" or "refused"."""
+    try:
+        load(name, moe_adapter(layout), fail=fail)
+    except OSError:
+        assert name not in registry  # a failed load leaves no admission behind
+        return "failed"
+    except lg.MixedMoELayoutError as err:
+        assert err.code == "LG002"
+        assert err.details["layout"] == layout.value  # type: ignore[union-attr]
+        assert err.details["pool_layout"] != err.details["layout"]
+        assert name not in registry
+        return "refused"
+    return "loaded"
+
+
 def test_eight_threads_loading_and_unloading_a_thousand_adapters_each() -> None:
     """8 x 1,000 loads of random layouts, some failing in the loader, with unloads in between:
     a monitor sees one MoE layout at every moment, and every count adds up at the end."""
@@ -89,26 +135,6 @@ def test_eight_threads_loading_and_unloading_a_thousand_adapters_each() -> None:
             del loaded[name]
         registry.release(name)
 
-    stop = threading.Event()
-    snapshots = [0]
-
-    def monitor() -> None:
-        while not stop.is_set():
-            layouts = {layout for layout in registry.adapters.values() if layout is not None}
-            assert len(layouts) <= 1, f"the pool holds {layouts}"
-            snapshots[0] += 1
-
-    watcher_errors: list[BaseException] = []
-
-    def watch() -> None:
-        try:
-            monitor()
-        except BaseException as exc:
-            watcher_errors.append(exc)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-
     def work(t: int) -> None:
         rnd = random.Random(t)
         mine: list[str] = []
@@ -116,20 +142,10 @@ def test_eight_threads_loading_and_unloading_a_thousand_adapters_each() -> None:
         for i in range(OPS):
             layout = rnd.choice(LAYOUTS)
             name = f"t{t}-{i}"
-            try:
-                load(name, moe_adapter(layout), fail=rnd.random() < 0.1)
-            except OSError:
-                counts["failed"] += 1
-                assert name not in registry  # a failed load leaves no admission behind
+            outcome = _try_load(load, registry, name, layout, fail=rnd.random() < 0.1)
+            counts[outcome] += 1
+            if outcome != "loaded":
                 continue
-            except lg.MixedMoELayoutError as err:
-                counts["refused"] += 1
-                assert err.code == "LG002"
-                assert err.details["layout"] == layout.value  # type: ignore[union-attr]
-                assert err.details["pool_layout"] != err.details["layout"]
-                assert name not in registry
-                continue
-            counts["loaded"] += 1
             mine.append(name)
             if rnd.random() < 0.6:  # unload one of ours, so the pool's layout can change
                 unload(mine.pop(rnd.randrange(len(mine))))
@@ -137,12 +153,10 @@ def test_eight_threads_loading_and_unloading_a_thousand_adapters_each() -> None:
         with book:
             outcomes.update(counts)
 
-    with lg.recording() as rec:
+    with _LayoutMonitor(registry) as monitor, lg.recording() as rec:
         run_threads(work)
-    stop.set()
-    watcher.join(timeout=10)
-    assert not watcher_errors, watcher_errors[0]
-    assert snapshots[0] > 0
+    assert not monitor.errors, monitor.errors[0]
+    assert monitor.snapshots > 0
     assert sum(outcomes[k] for k in ("loaded", "failed", "refused")) == THREADS * OPS
     assert rec.codes == ["LG002"] * outcomes["refused"]  # one violation per refusal
     assert registry.adapters == loaded  # no lost update, no stale admission

@@ -7,6 +7,7 @@ saw, and the tests below read it as the user of each rank would see it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -149,76 +150,95 @@ class _Pool:
         return self.uid_to_slot[uid]
 
 
-def _scenarios(rank: int, world: int) -> list[tuple[str, Callable[[], Any]]]:
+_ADAPTERS = ["math", "code", "chat"]
+
+
+def _lora_rank(rank: int, world: int) -> int:
+    """The LoRA rank each tensor-parallel rank loaded: the last one got a smaller adapter."""
+    return 8 if rank == world - 1 else 16
+
+
+def _equal(rank: int, world: int) -> None:
+    order = _ADAPTERS if rank % 2 else list(reversed(_ADAPTERS))  # insertion order differs
+    state = {
+        "uid_to_slot": {uid: sorted(_ADAPTERS).index(uid) for uid in order},
+        "adapters": set(order),
+        "qkv_a": torch.full((4, 48, 64), float(rank)),  # data differs: never compared
+    }
+    lg.assert_rank_consistent(state, timeout=TIMEOUT)
+
+
+def _slot_map(rank: int, world: int) -> None:
+    order = list(reversed(_ADAPTERS)) if rank == 1 else _ADAPTERS  # like a hash-seeded set
+    lg.assert_rank_consistent({"uid_to_slot": {u: i for i, u in enumerate(order)}},
+                              timeout=TIMEOUT, subject="slot map")
+
+
+def _max_rank(rank: int, world: int) -> None:
+    a_rank = _lora_rank(rank, world)
+    lg.assert_rank_consistent({"qkv_a": torch.empty(4, 3 * a_rank, 64, device="meta")},
+                              timeout=TIMEOUT)
+
+
+def _adapter_set(rank: int, world: int) -> None:
+    loaded = _ADAPTERS[:2] if rank == world - 1 else _ADAPTERS
+    lg.assert_rank_consistent({"adapters": set(loaded)}, timeout=TIMEOUT)
+
+
+def _load_failed_on_one_rank(rank: int, world: int) -> None:
+    pool = _Pool()
+    pool.load("math")
+    pool.load("code", fail=rank == world - 1)
+
+
+def _warn_mode(rank: int, world: int) -> list[str]:
+    lg.configure(mode="warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught, lg.recording() as rec:
+            warnings.simplefilter("always")
+            lg.assert_rank_consistent({"rank": _lora_rank(rank, world)}, timeout=TIMEOUT)
+        return [*rec.codes, *(type(w.message).__name__ for w in caught)]
+    finally:
+        lg.configure(mode="raise")
+
+
+def _unfingerprintable(rank: int, world: int) -> None:
+    state = {"lock": __import__("threading").Lock()} if rank == 1 else {"lock": None}
+    lg.assert_rank_consistent(state, timeout=TIMEOUT)
+
+
+def _subgroup(rank: int, world: int) -> None:
+    import torch.distributed as dist
+
+    group = dist.new_group(ranks=[0, 1], use_local_synchronization=True)
+    if rank in (0, 1):
+        lg.assert_rank_consistent({"uid_to_slot": {"math": rank}}, group, timeout=TIMEOUT)
+
+
+def _silent_rank(rank: int, world: int) -> None:
     last = world - 1
-    adapters = ["math", "code", "chat"]
-    a_rank = 8 if rank == last else 16
-
-    def equal() -> None:
-        order = adapters if rank % 2 else list(reversed(adapters))  # insertion order differs
-        state = {
-            "uid_to_slot": {uid: sorted(adapters).index(uid) for uid in order},
-            "adapters": set(order),
-            "qkv_a": torch.full((4, 48, 64), float(rank)),  # data differs: never compared
-        }
-        lg.assert_rank_consistent(state, timeout=TIMEOUT)
-
-    def slot_map() -> None:
-        order = list(reversed(adapters)) if rank == 1 else adapters  # like a hash-seeded set
-        lg.assert_rank_consistent({"uid_to_slot": {u: i for i, u in enumerate(order)}},
-                                  timeout=TIMEOUT, subject="slot map")
-
-    def max_rank() -> None:
-        lg.assert_rank_consistent({"qkv_a": torch.empty(4, 3 * a_rank, 64, device="meta")},
-                                  timeout=TIMEOUT)
-
-    def adapter_set() -> None:
-        loaded = adapters[:2] if rank == last else adapters
-        lg.assert_rank_consistent({"adapters": set(loaded)}, timeout=TIMEOUT)
-
-    def load_failed_on_one_rank() -> None:
-        pool = _Pool()
-        pool.load("math")
-        pool.load("code", fail=rank == last)
-
-    def warn_mode() -> list[str]:
-        lg.configure(mode="warn")
-        try:
-            with warnings.catch_warnings(record=True) as caught, lg.recording() as rec:
-                warnings.simplefilter("always")
-                lg.assert_rank_consistent({"rank": a_rank}, timeout=TIMEOUT)
-            return [*rec.codes, *(type(w.message).__name__ for w in caught)]
-        finally:
-            lg.configure(mode="raise")
-
-    def unfingerprintable() -> None:
-        state = {"lock": __import__("threading").Lock()} if rank == 1 else {"lock": None}
-        lg.assert_rank_consistent(state, timeout=TIMEOUT)
-
-    def subgroup() -> None:
-        import torch.distributed as dist
-
-        group = dist.new_group(ranks=[0, 1], use_local_synchronization=True)
-        if rank in (0, 1):
-            lg.assert_rank_consistent({"uid_to_slot": {"math": rank}}, group, timeout=TIMEOUT)
-
-    def silent_rank() -> None:
-        state = {"uid_to_slot": {"math": 0}}
-        if world == 2:  # the check's group exists already; then one rank dies mid-check
-            lg.assert_rank_consistent(state, timeout=SILENT_TIMEOUT)
-            if rank == last:
-                os._exit(0)
-        elif rank == last:  # the first check with this timeout; the rank hangs, then dies
-            time.sleep(SILENT_TIMEOUT + 1)
-            os._exit(0)
+    state = {"uid_to_slot": {"math": 0}}
+    if world == 2:  # the check's group exists already; then one rank dies mid-check
         lg.assert_rank_consistent(state, timeout=SILENT_TIMEOUT)
+        if rank == last:
+            os._exit(0)
+    elif rank == last:  # the first check with this timeout; the rank hangs, then dies
+        time.sleep(SILENT_TIMEOUT + 1)
+        os._exit(0)
+    lg.assert_rank_consistent(state, timeout=SILENT_TIMEOUT)
 
-    return [
-        ("equal", equal), ("slot_map", slot_map), ("max_rank", max_rank),
-        ("adapter_set", adapter_set), ("load_failed_on_one_rank", load_failed_on_one_rank),
-        ("warn_mode", warn_mode), ("unfingerprintable", unfingerprintable),
-        ("subgroup", subgroup), ("silent_rank", silent_rank),
-    ]
+
+_SCENARIOS: list[tuple[str, Callable[[int, int], Any]]] = [
+    ("equal", _equal), ("slot_map", _slot_map), ("max_rank", _max_rank),
+    ("adapter_set", _adapter_set), ("load_failed_on_one_rank", _load_failed_on_one_rank),
+    ("warn_mode", _warn_mode), ("unfingerprintable", _unfingerprintable),
+    ("subgroup", _subgroup), ("silent_rank", _silent_rank),
+]
+
+
+def _scenarios(rank: int, world: int) -> list[tuple[str, Callable[[], Any]]]:
+    """Every scenario, in order, bound to this rank of a job of ``world`` ranks."""
+    return [(name, functools.partial(play, rank, world)) for name, play in _SCENARIOS]
 
 
 def _worker(rank: int, world: int, store: str, out: str) -> None:

@@ -7,7 +7,9 @@ import importlib.util
 import json
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +31,7 @@ def swap(model, path):
 
 
 @pytest.fixture
-def fakelib(tmp_path, monkeypatch):
+def fakelib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., str]]:
     """Write a tiny library to disk; ``make(version, source)`` and import it under a new name."""
     monkeypatch.syspath_prepend(str(tmp_path))
     made: list[str] = []
@@ -44,12 +46,13 @@ def fakelib(tmp_path, monkeypatch):
         sys.modules.pop(name, None)
 
 
-def refuse_all(wrapped, instance, args, kwargs):
+def refuse_all(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> Any:
     lg.assert_slot_maps_consistent({"a": 0}, [None])   # always an LG201 in raise mode
     return wrapped(*args, **kwargs)
 
 
-def integration(module: str, **overrides) -> Integration:
+def integration(module: str, **overrides: Any) -> Integration:
     return Integration(
         name="fake", distribution=module, min_version=overrides.pop("min_version", "1.0"),
         max_version=overrides.pop("max_version", None),
@@ -60,7 +63,8 @@ def integration(module: str, **overrides) -> Integration:
     )
 
 
-def test_instrument_before_import_patches_when_the_library_is_imported(fakelib):
+def test_instrument_before_import_patches_when_the_library_is_imported(
+        fakelib: Callable[..., str]) -> None:
     name = fakelib("fake_before")
     guard = integration(name)
     guard.instrument()
@@ -72,7 +76,8 @@ def test_instrument_before_import_patches_when_the_library_is_imported(fakelib):
     assert module.Server().load("p") == ("loaded", "p")
 
 
-def test_instrument_after_import_patches_at_once_and_restores_identity(fakelib):
+def test_instrument_after_import_patches_at_once_and_restores_identity(
+        fakelib: Callable[..., str]) -> None:
     module = __import__(fakelib("fake_after"))
     load, swap = vars(module.Server)["load"], module.swap
     guard = integration(module.__name__)
@@ -84,7 +89,7 @@ def test_instrument_after_import_patches_at_once_and_restores_identity(fakelib):
     assert vars(module.Server)["load"] is load and module.swap is swap
 
 
-def test_a_hook_that_fires_after_uninstrument_does_nothing(fakelib):
+def test_a_hook_that_fires_after_uninstrument_does_nothing(fakelib: Callable[..., str]) -> None:
     name = fakelib("fake_late")
     guard = integration(name)
     guard.instrument()
@@ -94,7 +99,8 @@ def test_a_hook_that_fires_after_uninstrument_does_nothing(fakelib):
     assert guard.patched == []
 
 
-def test_reinstrumenting_after_a_reimport_patches_the_new_module(fakelib):
+def test_reinstrumenting_after_a_reimport_patches_the_new_module(
+        fakelib: Callable[..., str]) -> None:
     name = fakelib("fake_again")
     guard = integration(name)
     guard.instrument()
@@ -110,7 +116,8 @@ def test_reinstrumenting_after_a_reimport_patches_the_new_module(fakelib):
         guard.uninstrument()
 
 
-def test_unknown_signatures_are_not_patched_but_named_in_a_warning(fakelib):
+def test_unknown_signatures_are_not_patched_but_named_in_a_warning(
+        fakelib: Callable[..., str]) -> None:
     source = LIBRARY.replace("def swap(model, path)", "def swap(model, adapter_path)")
     module = __import__(fakelib("fake_changed", version="1.9.0", source=source))
     guard = integration(module.__name__)
@@ -124,7 +131,7 @@ def test_unknown_signatures_are_not_patched_but_named_in_a_warning(fakelib):
     guard.uninstrument()
 
 
-def test_a_release_older_than_known_is_not_patched(fakelib):
+def test_a_release_older_than_known_is_not_patched(fakelib: Callable[..., str]) -> None:
     module = __import__(fakelib("fake_old", version="0.9.1"))
     guard = integration(module.__name__)
     with pytest.warns(IntegrationWarning, match=r"0\.9\.1 is older than 1\.0"):
@@ -133,7 +140,8 @@ def test_a_release_older_than_known_is_not_patched(fakelib):
     guard.uninstrument()
 
 
-def test_an_optional_target_missing_from_a_release_is_a_warning_naming_it(fakelib):
+def test_an_optional_target_missing_from_a_release_is_a_warning_naming_it(
+        fakelib: Callable[..., str]) -> None:
     module = __import__(fakelib("fake_optional"))
     guard = integration(module.__name__, patches=(
         Patch(module.__name__, "swap", ("model", "path"), refuse_all),
@@ -149,7 +157,8 @@ def test_an_optional_target_missing_from_a_release_is_a_warning_naming_it(fakeli
     guard.uninstrument()
 
 
-def test_the_report_lists_hooks_of_a_module_not_imported_yet_as_pending(fakelib):
+def test_the_report_lists_hooks_of_a_module_not_imported_yet_as_pending(
+        fakelib: Callable[..., str]) -> None:
     name = fakelib("fake_later")
     guard = integration(name)
     report = guard.instrument()
@@ -159,7 +168,8 @@ def test_the_report_lists_hooks_of_a_module_not_imported_yet_as_pending(fakelib)
     guard.uninstrument()
 
 
-def test_a_release_newer_than_the_tested_range_is_patched_with_a_warning(fakelib):
+def test_a_release_newer_than_the_tested_range_is_patched_with_a_warning(
+        fakelib: Callable[..., str]) -> None:
     module = __import__(fakelib("fake_new", version="2.0.0"))
     guard = integration(module.__name__, min_version="1.0", max_version="1.1")
     with pytest.warns(IntegrationWarning, match=r"2\.0\.0 is newer than .*>=1\.0,<1\.1"):
@@ -168,23 +178,24 @@ def test_a_release_newer_than_the_tested_range_is_patched_with_a_warning(fakelib
     guard.uninstrument()
 
 
-def test_a_wrapper_patched_over_by_someone_else_is_left_in_place(fakelib):
+def test_a_wrapper_patched_over_by_someone_else_is_left_in_place(
+        fakelib: Callable[..., str], monkeypatch: pytest.MonkeyPatch) -> None:
     module = __import__(fakelib("fake_layered"))
     guard = integration(module.__name__)
     guard.instrument()
     theirs = module.swap
 
-    def other_tracer(*args):
+    def other_tracer(*args: Any) -> Any:
         return theirs(*args)
 
-    module.swap = other_tracer
+    monkeypatch.setattr(module, "swap", other_tracer)
     with pytest.warns(IntegrationWarning, match="patched again by someone else"):
         guard.uninstrument()
     assert module.swap is other_tracer
     assert module.swap(None, "p") == ("swapped", "p")   # our layer is a pass-through now
 
 
-def test_off_mode_makes_every_guard_a_pass_through(fakelib):
+def test_off_mode_makes_every_guard_a_pass_through(fakelib: Callable[..., str]) -> None:
     module = __import__(fakelib("fake_off"))
     guard = integration(module.__name__)
     guard.instrument()
@@ -198,7 +209,7 @@ def test_off_mode_makes_every_guard_a_pass_through(fakelib):
 
 # --- the registry and the entry-point group ------------------------------------------------
 
-def test_the_builtin_integrations_are_available_by_name():
+def test_the_builtin_integrations_are_available_by_name() -> None:
     assert {"peft", "sglang", "vllm"} <= set(integrations.available())
     for name in ("peft", "sglang", "vllm", " PEFT "):
         found = integrations.get(name)
@@ -206,28 +217,30 @@ def test_the_builtin_integrations_are_available_by_name():
         assert callable(found.instrument) and callable(found.uninstrument)
 
 
-def test_an_unknown_name_lists_the_known_ones():
+def test_an_unknown_name_lists_the_known_ones() -> None:
     with pytest.raises(ValueError) as caught:
         integrations.get("tgi")
     assert "no integration 'tgi'; known: peft, sglang, vllm" in str(caught.value)
     assert "lora_guard.integrations" in str(caught.value)
 
 
-def fake_entry_points(tmp_path, monkeypatch, value: str, source: str):
+def fake_entry_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str,
+                      source: str) -> None:
     (tmp_path / "thirdparty_guard.py").write_text(textwrap.dedent(source))
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("thirdparty_guard", None)
     entry = importlib.metadata.EntryPoint(
         name="tgi", value=value, group=integrations.ENTRY_POINT_GROUP)
 
-    def entry_points(**select):
+    def entry_points(**select: Any) -> importlib.metadata.EntryPoints:
         assert select == {"group": integrations.ENTRY_POINT_GROUP}
         return importlib.metadata.EntryPoints([entry])
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
 
 
-def test_a_third_party_integration_ships_through_the_entry_point_group(tmp_path, monkeypatch):
+def test_a_third_party_integration_ships_through_the_entry_point_group(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_entry_points(tmp_path, monkeypatch, "thirdparty_guard", """
         name = "tgi"
         calls = []
@@ -236,24 +249,43 @@ def test_a_third_party_integration_ships_through_the_entry_point_group(tmp_path,
     """)
     assert "tgi" in integrations.available()
     done = integrations.instrument("peft,tgi")
+    assert [(d.name, d.instrumented) for d in done] == [("peft", True), ("tgi", True)]
+    assert integrations.get("tgi").instrumented  # the same state on every lookup
     integrations.uninstrument(["tgi", "peft"])
-    assert [getattr(d, "name", None) for d in done] == ["peft", "tgi"]
+    assert [(d.name, d.instrumented) for d in done] == [("peft", False), ("tgi", False)]
     assert sys.modules["thirdparty_guard"].calls == ["instrument", "uninstrument"]
 
 
-def test_an_entry_point_without_instrument_is_refused_clearly(tmp_path, monkeypatch):
+def test_a_plain_module_without_a_name_is_named_after_its_entry_point(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_entry_points(tmp_path, monkeypatch, "thirdparty_guard", """
+        calls = []
+        def instrument(): calls.append("instrument")
+        def uninstrument(): calls.append("uninstrument")
+    """)
+    found = integrations.get("TGI")
+    assert isinstance(found, integrations.IntegrationLike)
+    assert (found.name, found.instrumented) == ("tgi", False)
+    found.instrument()
+    assert integrations.get("tgi").instrumented
+    assert sys.modules["thirdparty_guard"].calls == ["instrument"]
+    found.uninstrument()
+
+
+def test_an_entry_point_without_instrument_is_refused_clearly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_entry_points(tmp_path, monkeypatch, "thirdparty_guard:thing", "thing = 42\n")
     with pytest.raises(TypeError, match="lacks instrument"):
         integrations.get("tgi")
 
 
-def test_instrument_by_names_checks_every_name_before_patching_any():
+def test_instrument_by_names_checks_every_name_before_patching_any() -> None:
     with pytest.raises(ValueError, match="no integration 'nope'"):
         integrations.instrument(["peft", "nope"])
     assert not integrations.get("peft").instrumented
 
 
-def test_no_test_depends_on_a_replica():
+def test_no_test_depends_on_a_replica() -> None:
     # the integrations are tested on the real engines (tests/engines/), never on copies
     assert not (Path(__file__).parent / "replicas").exists()
     for name in ("sglang", "vllm"):
@@ -262,7 +294,8 @@ def test_no_test_depends_on_a_replica():
 
 @pytest.mark.skipif(any(importlib.util.find_spec(n) for n in ("vllm", "sglang")),
                     reason="the engine tier checks doctor where the engines are installed")
-def test_doctor_without_the_engines_says_so_and_passes(capsys):
+def test_doctor_without_the_engines_says_so_and_passes(
+        capsys: pytest.CaptureFixture[str]) -> None:
     from lora_guard._frontends.cli import main
 
     assert main(["doctor"]) == 0

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._checking.check_adapters import Report, ServingLimits, adapter_servable, check_adapters
-    from ._checking.checks import MoELayout
     from ._checking.one_adapter import check_adapter
     from ._checking.predicates import (
         assert_slot_maps_consistent,
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
     )
     from ._guarding.layouts import LayoutRegistry, detect_moe_layout, guard_adapter_load
     from ._reading.adapters import AdapterSpec, LoRAModuleSpec, TensorInfo, inspect_adapter
+    from ._reading.moe import MoELayout
 
 __version__ = "0.1.0"
 
@@ -61,7 +61,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "._guarding.cache": ("GuardedCache", "guard_cache_lookup", "weight_cache_key"),
     "._core.catalogue": ("INVARIANTS", "Invariant"),
     "._checking.check_adapters": ("Report", "ServingLimits", "adapter_servable", "check_adapters"),
-    "._checking.checks": ("MoELayout",),
+    "._reading.moe": ("MoELayout",),
     "._checking.one_adapter": ("check_adapter",),
     "._core.config": ("Recording", "configure", "get_mode", "recording"),
     "._guarding.distributed": (

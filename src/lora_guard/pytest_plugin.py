@@ -25,36 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["lora_violations", "make_adapter"]
 
-# The enabled sessions of this process, innermost last; see lora_guard._frontends.plugin.
-_SESSIONS: list[object] = []
-# allow/expect of each item's lora_guard markers, validated at collection.
-_MARKS_KEY = pytest.StashKey[tuple[frozenset[str], frozenset[str]]]()
-
-
-def _marker_codes(item: pytest.Item) -> tuple[frozenset[str], frozenset[str]]:
-    """``allow`` and ``expect`` of every ``lora_guard`` marker on the item; ValueError if bad."""
-    from ._core.codes import check_codes  # the catalogue only: no torch, no guard
-
-    allow: set[str] = set()
-    expect: set[str] = set()
-    for mark in item.iter_markers("lora_guard"):
-        if mark.args:
-            raise ValueError(
-                f"@pytest.mark.lora_guard takes keywords only, got positional {mark.args!r}; "
-                "write @pytest.mark.lora_guard(allow=('LG003',), expect=('LG001',))"
-            )
-        unknown = sorted(set(mark.kwargs) - {"allow", "expect", "reason"})
-        if unknown:
-            raise ValueError(
-                f"@pytest.mark.lora_guard: unknown keyword(s) {unknown}; it takes allow=(...) "
-                "(codes that may occur), expect=(...) (codes that must occur) and reason=..."
-            )
-        for key, target in (("allow", allow), ("expect", expect)):
-            if key in mark.kwargs:
-                target.update(check_codes(
-                    mark.kwargs[key], where=f"@pytest.mark.lora_guard({key}=...)"))
-    return frozenset(allow), frozenset(expect)
-
 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(
@@ -71,8 +41,12 @@ def pytest_make_collect_report(
     problems = []
     for node in report.result:
         if isinstance(node, pytest.Item) and node.get_closest_marker("lora_guard") is not None:
+            # Shared with the plugin's work; imported only here, so that a run with no
+            # lora_guard marker and no --lora-guard imports no other lora_guard module.
+            from ._frontends._plugin_state import MARKS_KEY, marker_codes
+
             try:
-                node.stash[_MARKS_KEY] = _marker_codes(node)
+                node.stash[MARKS_KEY] = marker_codes(node)
             except (ValueError, TypeError) as exc:
                 problems.append(f"{node.nodeid}: {exc}")
     if problems:

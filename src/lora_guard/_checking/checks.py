@@ -6,17 +6,15 @@ nothing; the guards decide what to do with them according to the mode.
 
 from __future__ import annotations
 
-import enum
-import functools
-import itertools
-import operator
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from lora_guard._core.errors import Violation, make_violation
+from lora_guard._core.shapes import MAX_DIMS, shape_of
+from lora_guard._reading.moe import MoELayout, classify_moe_weights
 
 __all__ = [
+    "MAX_DIMS",
     "MoELayout",
     "check_cache_entry",
     "check_moe_layouts",
@@ -26,66 +24,6 @@ __all__ = [
     "shape_of",
     "weights_of",
 ]
-
-
-MAX_DIMS = 64
-"""Most dims `shape_of` accepts (a real tensor has at most a handful)."""
-
-
-def shape_of(obj: Any, *, name: str = "value") -> tuple[int, ...] | None:
-    """The shape of a tensor, of tensor metadata (anything with ``.shape``) or of a shape.
-
-    None for an object without a shape. A shape must be at most `MAX_DIMS` integers
-    (``operator.index``: ``16.9`` is not a dim) that are not negative; anything else, an
-    endless iterator as ``.shape``, or a jagged nested tensor, raises `TypeError` or
-    `ValueError` naming ``name``.
-
-    Example:
-        >>> from lora_guard._checking.checks import shape_of
-        >>> shape_of((8, 64)), shape_of("text")
-        ((8, 64), None)
-        >>> class Meta:
-        ...     shape = (8.5, 64)
-        >>> shape_of(Meta(), name="lora_A")
-        Traceback (most recent call last):
-        ...
-        TypeError: lora_A: dim 0 of the shape is 8.5 (float), not an integer
-    """
-    try:
-        shape = getattr(obj, "shape", None)
-    except Exception as exc:  # a nested tensor raises RuntimeError for .shape
-        raise TypeError(f"{name}: its .shape cannot be read ({type(exc).__name__}: "
-                        f"{str(exc)[:120]})") from None
-    if shape is None:
-        if not isinstance(obj, (tuple, list)) or not all(
-                isinstance(d, int) and not isinstance(d, bool) for d in obj):
-            return None
-        shape = obj
-    if isinstance(shape, (str, bytes)):
-        raise TypeError(f"{name}: its shape is the text {shape[:40]!r}, not a sequence of dims")
-    try:
-        dims = list(itertools.islice(iter(shape), MAX_DIMS + 1))
-    except Exception:
-        raise TypeError(f"{name}: its shape ({type(shape).__name__}) is not a sequence of "
-                        "dims") from None
-    if len(dims) > MAX_DIMS:
-        raise ValueError(f"{name}: its shape has more than {MAX_DIMS} dims")
-    return tuple(_size(dim, i, name) for i, dim in enumerate(dims))
-
-
-def _size(dim: Any, i: int, name: str) -> int:
-    """Dim ``i`` of a shape as a size: an integer (``operator.index``) that is not negative."""
-    try:
-        value = operator.index(dim)
-    except TypeError:
-        raise TypeError(f"{name}: dim {i} of the shape is {str(dim)[:40]} "
-                        f"({type(dim).__name__}), not an integer") from None
-    except Exception:  # a jagged tensor's nested int
-        raise TypeError(f"{name}: dim {i} of the shape is ragged ({type(dim).__name__}); "
-                        "pass a regular tensor") from None
-    if value < 0:
-        raise ValueError(f"{name}: dim {i} of the shape is {value}, a negative size")
-    return value
 
 
 def dtype_name(obj: Any) -> str | None:
@@ -118,98 +56,6 @@ def weights_of(obj: Any) -> Mapping[str, Any]:
 
 
 # --- LG002: MoE layouts -------------------------------------------------------------------
-
-
-class MoELayout(str, enum.Enum):
-    """The layouts of MoE LoRA weights seen in the wild; one pool serves one of them.
-
-    Example:
-        >>> import lora_guard as lg
-        >>> lg.MoELayout.SHARED_OUTER.value
-        'shared-outer'
-    """
-
-    PER_EXPERT = "per-expert"
-    """2D weights under ``experts.<i>.``, or packed 3D with dim 0 = the expert count."""
-    SHARED_OUTER = "shared-outer"
-    """Packed 3D whose outer weight (gate_up ``lora_A``, down ``lora_B``) has dim 0 = 1."""
-    FLAT = "flat"
-    """PEFT ``target_parameters``: 2D on the experts module with rank = r x experts."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-_LORA_KEY = re.compile(r"(?:^|\.)lora_(?:A|B)(?:\.|$)")
-_INDEXED_EXPERT = re.compile(r"(?:^|\.)experts\.(\d+)\.")
-_FLAT_EXPERTS = re.compile(r"(?:^|\.)experts\.(?:base_layer\.)?lora_(?:A|B)(?:\.|$)")
-_DOWN_NAMES = ("down", "w2")
-_GATE_UP_NAMES = ("gate", "up", "w1", "w3")
-
-
-def _projection(key: str) -> str:
-    return key.rsplit(".lora_", 1)[0].rsplit(".", 1)[-1]
-
-
-def _known_projection(key: str) -> bool:
-    head = _projection(key)
-    return any(name in head for name in _DOWN_NAMES + _GATE_UP_NAMES)
-
-
-def _outer_side(key: str) -> str | None:
-    """``"A"`` when the key is the outer weight of a gate/up projection, ``"B"`` for down."""
-    head = _projection(key)
-    is_b = ".lora_B" in key
-    if any(name in head for name in _DOWN_NAMES):
-        return "B" if is_b else None
-    if any(name in head for name in _GATE_UP_NAMES):
-        return None if is_b else "A"
-    return None
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _moe_role(key: str) -> str | None:
-    """What a weight's name alone says about the layout; adapters of one model share names,
-    so this is computed once per name, and admission costs a look-up and a shape per weight.
-
-    ``"indexed"`` (under ``experts.<i>.``), ``"outer"`` (gate/up A, down B), ``"inner"``
-    (gate/up B, down A), ``"flat"`` (PEFT target_parameters), ``"other"``, or None when the
-    key is not an MoE LoRA weight.
-    """
-    if "experts" not in key or not _LORA_KEY.search(key):
-        return None
-    if _INDEXED_EXPERT.search(key):
-        return "indexed"
-    if _outer_side(key) is not None:
-        return "outer"
-    if _known_projection(key):
-        return "inner"
-    return "flat" if _FLAT_EXPERTS.search(key) else "other"
-
-
-def classify_moe_weights(weights: Mapping[str, Any]) -> list[tuple[str, MoELayout]]:
-    """Each MoE LoRA weight that decides a layout, with the layout it shows, in key order."""
-    found: list[tuple[str, MoELayout]] = []
-    for key in sorted(weights):
-        role = _moe_role(key)
-        if role is None:
-            continue
-        if role == "indexed":
-            found.append((key, MoELayout.PER_EXPERT))
-            continue
-        shape = shape_of(weights[key])
-        if shape is None:
-            continue
-        if len(shape) == 3:
-            if role == "outer":
-                layout = MoELayout.SHARED_OUTER if shape[0] == 1 else MoELayout.PER_EXPERT
-                found.append((key, layout))
-            elif shape[0] == 1 and role != "inner":
-                found.append((key, MoELayout.SHARED_OUTER))
-            # Inner weights (gate_up B, down A) are per expert in both packed layouts.
-        elif len(shape) == 2 and role == "flat":
-            found.append((key, MoELayout.FLAT))
-    return found
 
 
 def check_moe_layouts(

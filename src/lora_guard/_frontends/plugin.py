@@ -20,14 +20,14 @@ import threading
 from collections.abc import Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import pytest
 
-from lora_guard import pytest_plugin
 from lora_guard._core.catalogue import INVARIANTS
 from lora_guard._core.config import Mode, Recording, add_sink, configure, get_mode, remove_sink
 from lora_guard._core.errors import Violation
+from lora_guard._frontends import _plugin_state
 
 __all__ = ["REPORT_ATTRIBUTE", "LoRAGuardPlugin", "install"]
 
@@ -40,8 +40,8 @@ _MAX_TESTS_LISTED = 5
 
 # Sessions installed in this process, innermost last (pytester runs sessions in-process):
 # only the innermost one observes, so a nested run's violations do not fail the outer test.
-# The list lives in the pytest11 module, the one module a nested run never re-imports.
-_SESSIONS: list[object] = pytest_plugin._SESSIONS
+# The list lives in _plugin_state, shared with the pytest11 module (see its docstring).
+_SESSIONS: list[object] = _plugin_state.SESSIONS
 
 
 class _Instrumentable(Protocol):
@@ -87,8 +87,8 @@ class _TestState:
 
 
 _STATE_KEY = pytest.StashKey[_TestState]()
-_MARKS_KEY = pytest_plugin._MARKS_KEY
-_marker_codes = pytest_plugin._marker_codes
+_MARKS_KEY = _plugin_state.MARKS_KEY
+_marker_codes = _plugin_state.marker_codes
 
 
 def _parse_instrument(value: str) -> tuple[str, ...]:
@@ -123,7 +123,7 @@ def _load_integrations(names: Iterable[str]) -> list[tuple[str, _Instrumentable]
             ) from exc
         except (AttributeError, TypeError, ValueError) as exc:
             raise pytest.UsageError(f"--lora-guard-instrument={name}: {exc}") from exc
-        loaded.append((name, cast(_Instrumentable, integration)))
+        loaded.append((name, integration))
     return loaded
 
 

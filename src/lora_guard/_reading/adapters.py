@@ -21,9 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from lora_guard._checking.checks import MoELayout, check_moe_layouts
 from lora_guard._core.config import refuse
 from lora_guard._core.errors import Violation, make_violation
+from lora_guard._reading.moe import MoELayout, moe_layout
 from lora_guard._reading.safetensors import (
     OPEN_FLAGS,
     DuplicateKey,
@@ -1120,7 +1120,7 @@ def _new_parts(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Pa
         module: _module_record(module, parts, tensors, config)
         for module, parts in sorted(halves.items())
     }
-    layout, _ = check_moe_layouts("adapter", tensors)
+    layout = moe_layout(tensors)
     lora_keys = [k for parts in halves.values() for k in parts.values()]
     ranks = [m.rank for m in modules.values() if m.rank]
     return _Parts(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ._base import AttachReport, Integration, IntegrationWarning, Patch
@@ -51,11 +52,87 @@ _BUILTIN = {"peft": "peft", "sglang": "sglang", "vllm": "vllm"}
 
 @runtime_checkable
 class IntegrationLike(Protocol):
-    """What an integration offers: `instrument` and `uninstrument` (a module qualifies)."""
+    """What every integration `get` returns has: its `name`, whether it is `instrumented`,
+    and `instrument` / `uninstrument`. An `Integration` has all four; an entry point's object
+    that has only the two methods (a plain module, say) is given the other two by `get`.
+
+    Example:
+        >>> from lora_guard import integrations
+        >>> peft = integrations.get("peft")
+        >>> isinstance(peft, integrations.IntegrationLike), peft.name, peft.instrumented
+        (True, 'peft', False)
+    """
+
+    @property
+    def name(self) -> str:
+        """The name `get` knows it by (``"peft"``)."""
+        ...
+
+    @property
+    def instrumented(self) -> bool:
+        """True between `instrument` and `uninstrument`."""
+        ...
+
+    def instrument(self) -> object:
+        """Put the guards in front of the library's entry points."""
+        ...
+
+    def uninstrument(self) -> None:
+        """Take the guards away again."""
+        ...
+
+
+@runtime_checkable
+class _Instrumentable(Protocol):
+    """The least an entry point's object must offer."""
 
     def instrument(self) -> object: ...
 
     def uninstrument(self) -> None: ...
+
+
+@dataclass(eq=False)
+class _EntryPointIntegration:
+    """An entry point's object that has only ``instrument()`` / ``uninstrument()``, named after
+    its entry point (or its own ``name``), its state kept here; other attributes are its own."""
+
+    name: str
+    target: _Instrumentable
+    instrumented: bool = False
+
+    def instrument(self) -> object:
+        result = self.target.instrument()
+        self.instrumented = True
+        return result
+
+    def uninstrument(self) -> None:
+        self.target.uninstrument()
+        self.instrumented = False
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.target, attr)
+
+
+# One wrapper per entry point object, so that its state is the same for every `get`.
+_WRAPPED: dict[str, _EntryPointIntegration] = {}
+
+
+def _as_integration(entry_point: importlib.metadata.EntryPoint, loaded: Any) -> IntegrationLike:
+    if isinstance(loaded, IntegrationLike):
+        return loaded
+    if not isinstance(loaded, _Instrumentable):
+        raise TypeError(
+            f"the {ENTRY_POINT_GROUP!r} entry point {entry_point.name!r} "
+            f"({entry_point.value}) gives {type(loaded).__name__}, which lacks "
+            "instrument()/uninstrument(); point it at a module or object that has both."
+        )
+    wrapped = _WRAPPED.get(entry_point.value)
+    if wrapped is None or wrapped.target is not loaded:
+        own = getattr(loaded, "name", None)
+        wrapped = _EntryPointIntegration(own if isinstance(own, str) else entry_point.name,
+                                         loaded)
+        _WRAPPED[entry_point.value] = wrapped
+    return wrapped
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
@@ -78,7 +155,9 @@ def get(name: str) -> IntegrationLike:
     """The integration called ``name`` (built in, or from an installed package).
 
     Raises ValueError naming the known integrations when ``name`` is none of them, and
-    TypeError when an entry point's object lacks ``instrument``/``uninstrument``.
+    TypeError when an entry point's object lacks ``instrument``/``uninstrument``. What it
+    returns has a `name` and an `instrumented` state (`IntegrationLike`), whatever the entry
+    point gives.
 
     Example:
         >>> from lora_guard import integrations
@@ -104,14 +183,7 @@ def get(name: str) -> IntegrationLike:
             f"integration registers itself under the entry-point group {ENTRY_POINT_GROUP!r}."
         )
     entry_point = entry_points.get(key) or entry_points[name]
-    loaded: Any = entry_point.load()
-    if not isinstance(loaded, IntegrationLike):
-        raise TypeError(
-            f"the {ENTRY_POINT_GROUP!r} entry point {entry_point.name!r} "
-            f"({entry_point.value}) gives {type(loaded).__name__}, which lacks "
-            "instrument()/uninstrument(); point it at a module or object that has both."
-        )
-    return loaded
+    return _as_integration(entry_point, entry_point.load())
 
 
 def instrument(names: Iterable[str] | str) -> list[IntegrationLike]:
