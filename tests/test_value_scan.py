@@ -6,7 +6,6 @@ once; the adapters are saved by PEFT from a tiny Llama built from a config.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import warnings
 from typing import Any
@@ -108,8 +107,9 @@ def test_every_16_bit_pattern_is_classified_as_torch_does(dtype: str) -> None:
     values = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(
         getattr(torch, dtype))
     chunk = values.view(torch.int16).numpy().tobytes()
-    assert _values._nonfinite(chunk, dtype) == (
-        int(torch.isnan(values).sum()), int(torch.isinf(values).sum()))
+    expected = (int(torch.isnan(values).sum()), int(torch.isinf(values).sum()))
+    assert _values._nonfinite(chunk, dtype) == expected
+    assert _values._stats_np(bytearray(chunk), 0, len(chunk), dtype) == (False, *expected)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -123,33 +123,67 @@ def test_wide_floats_are_classified_as_torch_does(dtype: str) -> None:
     else:
         values = torch.cat([(bits << 32 | bits.abs()).view(torch.float64), special])
     chunk = values.numpy().tobytes()
-    assert _values._nonfinite(chunk, dtype) == (
-        int(torch.isnan(values).sum()), int(torch.isinf(values).sum()))
+    expected = (int(torch.isnan(values).sum()), int(torch.isinf(values).sum()))
+    assert _values._nonfinite(chunk, dtype) == expected
+    assert _values._stats_np(bytearray(chunk), 0, len(chunk), dtype) == (False, *expected)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("stats", ["_stats_np", "_stats_py"])
+def test_all_zero_means_every_bit_zero(dtype: str, stats: str) -> None:
+    """+0.0 everywhere is a no-op; -0.0 or values whose squares underflow are not called
+    zeros (the numpy test of wide floats starts from a dot product that is 0 for them)."""
+    scan_chunk = getattr(_values, stats)
+    torch_dtype = getattr(torch, dtype)
+    for values, zero in ((torch.zeros(300, dtype=torch_dtype), True),
+                         (torch.full((300,), -0.0, dtype=torch_dtype), False),
+                         (torch.full((300,), 1e-40, dtype=torch.float64).to(torch_dtype),
+                          bool(torch.all(torch.tensor(1e-40).to(torch_dtype) == 0)))):
+        chunk = bytearray(values.view(torch.uint8).numpy().tobytes())
+        assert scan_chunk(chunk, 0, len(chunk), dtype) == (zero, 0, 0), (values[0], dtype)
+
+
+@pytest.mark.parametrize("chunk", [64, 6], ids=["64-bytes", "6-bytes-cutting-elements"])
+@pytest.mark.parametrize("with_numpy", [True, False], ids=["numpy", "no-numpy"])
 def test_tensors_larger_than_a_chunk_are_streamed(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Memory stays bounded: no read asks for more than CHUNK bytes, and a value in the
-    last chunk of a tensor is still found."""
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, chunk: int,
+        with_numpy: bool) -> None:
+    """Memory stays bounded: every read fills one reused buffer of CHUNK bytes, and a value
+    in the last chunk of a tensor is still found, with or without numpy, also when a chunk
+    ends inside an element (6 bytes of float32)."""
     def last_value_nan(name: str, param: Any) -> None:
         if name.startswith("base_model.model.model.layers.0.self_attn.q_proj.lora_B"):
             param.view(-1)[-1] = float("nan")
 
     folder = peft_adapter(tmp_path / "late-nan", edit=last_value_nan)
+    buffers: set[int] = set()
     reads: list[int] = []
-    real_pread = os.pread
+    real_read_at = _values._read_at
 
-    def pread(fd: int, count: int, offset: int) -> bytes:
-        reads.append(count)
-        return real_pread(fd, count, offset)
+    def read_at(fd: int, buf: bytearray, offset: int) -> int:
+        buffers.add(id(buf))
+        reads.append(len(buf))
+        return real_read_at(fd, buf, offset)
 
-    monkeypatch.setattr(_values, "CHUNK", 64)
-    monkeypatch.setattr(_values.os, "pread", pread)
+    monkeypatch.setattr(_values, "CHUNK", chunk)
+    monkeypatch.setattr(_values, "_read_at", read_at)
+    if not with_numpy:
+        monkeypatch.setattr(_values, "_NP", None)
     report = scan(folder)
 
     assert report.codes() == ["LG120"]
     assert "holds 1 NaN and 0 Inf values (of 512)" in report.violations[0].message
-    assert max(reads) <= 64 and sum(reads) > 8 * 64
+    assert set(reads) == {max(chunk, 8)} and len(reads) > 8 and len(buffers) == 1
+
+
+@pytest.mark.parametrize("with_numpy", [True, False], ids=["numpy", "no-numpy"])
+def test_an_untrained_adapter_is_found_without_numpy_too(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, with_numpy: bool) -> None:
+    folder = peft_adapter(tmp_path / "untrained", trained=False)
+    if not with_numpy:
+        monkeypatch.setattr(_values, "_NP", None)
+    assert scan(folder).codes() == ["LG119"]
+    assert scan(peft_adapter(tmp_path / "trained")).ok
 
 
 def test_a_file_changed_after_inspection_is_scanned_as_it_is_now(tmp_path: pathlib.Path) -> None:
