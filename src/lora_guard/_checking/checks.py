@@ -70,20 +70,22 @@ def shape_of(obj: Any, *, name: str = "value") -> tuple[int, ...] | None:
                         "dims") from None
     if len(dims) > MAX_DIMS:
         raise ValueError(f"{name}: its shape has more than {MAX_DIMS} dims")
-    out = []
-    for i, dim in enumerate(dims):
-        try:
-            value = operator.index(dim)
-        except TypeError:
-            raise TypeError(f"{name}: dim {i} of the shape is {str(dim)[:40]} "
-                            f"({type(dim).__name__}), not an integer") from None
-        except Exception:  # a jagged tensor's nested int
-            raise TypeError(f"{name}: dim {i} of the shape is ragged ({type(dim).__name__}); "
-                            "pass a regular tensor") from None
-        if value < 0:
-            raise ValueError(f"{name}: dim {i} of the shape is {value}, a negative size")
-        out.append(value)
-    return tuple(out)
+    return tuple(_dim(i, dim, name) for i, dim in enumerate(dims))
+
+
+def _dim(i: int, dim: object, name: str) -> int:
+    """Dim ``i`` of a shape as an int (``operator.index``), not negative."""
+    try:
+        value = operator.index(dim)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name}: dim {i} of the shape is {str(dim)[:40]} "
+                        f"({type(dim).__name__}), not an integer") from None
+    except Exception:  # a jagged tensor's nested int
+        raise TypeError(f"{name}: dim {i} of the shape is ragged ({type(dim).__name__}); "
+                        "pass a regular tensor") from None
+    if value < 0:
+        raise ValueError(f"{name}: dim {i} of the shape is {value}, a negative size")
+    return value
 
 
 def dtype_name(obj: Any) -> str | None:
@@ -195,7 +197,7 @@ def classify_moe_weights(weights: Mapping[str, Any]) -> list[tuple[str, MoELayou
         if role == "indexed":
             found.append((key, MoELayout.PER_EXPERT))
             continue
-        shape = shape_of(weights[key])
+        shape = shape_of(weights[key], name=key)
         if shape is None:
             continue
         if len(shape) == 3:
@@ -242,7 +244,8 @@ def check_cache_entry(key: object, cached: Any, weight: Any) -> Violation | None
             return None
     except AttributeError:
         pass
-    old_shape, new_shape = shape_of(cached), shape_of(weight)
+    old_shape = shape_of(cached, name=f"the tensor cached under {key!r}")
+    new_shape = shape_of(weight, name=f"the new weight for cache key {key!r}")
     old_dtype, new_dtype = dtype_name(cached), dtype_name(weight)
     if old_shape == new_shape and old_dtype == new_dtype:
         return None
