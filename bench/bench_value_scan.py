@@ -1,6 +1,6 @@
 """What does the value scan cost? ``check_adapters(scan_values=True)`` vs reading the files once.
 
-    python bench/bench_value_scan.py [--adapters 4] [--mb 64] [--repeat 5]
+    python bench/bench_value_scan.py [--adapters 4] [--mb 64] [--repeat 5] [--no-numpy]
 
 For each dtype (float16, bfloat16, float32): N adapters of about ``--mb`` MB each (rank 64 on
 every linear module of a 4096-wide model), their data filled with finite non-zero values.
@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable
 
 import lora_guard as lg
-from lora_guard._checking.values import _NP, CHUNK
+from lora_guard._checking import values
+from lora_guard._checking.values import CHUNK
 from lora_guard._testing.adapter_writer import write_adapter
 
 _ONE = {"float16": struct.pack("<e", 0.01), "bfloat16": struct.pack("<f", 0.01)[2:],
@@ -109,12 +110,18 @@ def main() -> None:
     parser.add_argument("--adapters", type=int, default=4)
     parser.add_argument("--mb", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-numpy", action="store_true",
+                        help="scan as without numpy installed (the pure-Python tests)")
+    parser.add_argument("--dtypes", default=",".join(_ONE), help="comma-separated")
     args = parser.parse_args()
+    if args.no_numpy:
+        values._NP = None
     print(f"python {sys.version.split()[0]}, lora_guard {lg.__version__}, "
           f"{args.adapters} adapters of about {args.mb} MB per dtype, chunks of {CHUNK >> 10} KiB, "
-          f"numpy {'yes' if _NP is not None else 'no'}")
+          f"numpy {'yes' if values._NP is not None else 'no'}")
     per_layer = 2 * 64 * (4 * (4096 + 4096) + 3 * (4096 + 11008))  # fp16 bytes a layer
-    for dtype, value in _ONE.items():
+    for dtype in args.dtypes.split(","):
+        value = _ONE[dtype]
         layers = max(1, round(args.mb * 1e6 / per_layer * (2 if dtype != "float32" else 1)))
         with tempfile.TemporaryDirectory() as tmp:
             root = pathlib.Path(tmp)
