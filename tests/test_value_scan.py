@@ -209,3 +209,41 @@ def test_the_cli_scans_values_when_asked(tmp_path: pathlib.Path,
 def test_scan_values_takes_a_bool(tmp_path: pathlib.Path) -> None:
     with pytest.raises(TypeError, match="scan_values"):
         lg.check_adapters([tmp_path], scan_values="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("dtype", "pattern"), [
+    ("float16", 0x7C00), ("float16", 0xFC00), ("float16", 0x7C01), ("float16", 0xFFFF),
+    ("bfloat16", 0x7F80), ("bfloat16", 0xFF80), ("bfloat16", 0x7F81), ("bfloat16", 0xFFFF),
+])
+@pytest.mark.parametrize("stats", ["_stats_np", "_stats_py"])
+def test_one_non_finite_16_bit_value_alone_among_finite_ones_is_found(
+        dtype: str, pattern: int, stats: str) -> None:
+    """+Inf, -Inf and the smallest and largest NaN patterns, each the only one in a chunk of
+    finite values of both signs: the edges of the two ranges the quick test looks at."""
+    finite = [0x3C00, 0xBC00, 0x7BFF, 0xFBFF] if dtype == "float16" else [
+        0x3F80, 0xBF80, 0x7F7F, 0xFF7F]  # 1, -1, the largest finite, its negative
+    chunk = bytearray(b"".join(v.to_bytes(2, "little") for v in [*finite, pattern, *finite]))
+    is_inf = pattern & 0x7FFF in (0x7C00, 0x7F80)
+    assert getattr(_values, stats)(chunk, 0, len(chunk), dtype) == (
+        False, 0 if is_inf else 1, 1 if is_inf else 0)
+    clean = bytearray(b"".join(v.to_bytes(2, "little") for v in finite))
+    assert getattr(_values, stats)(clean, 0, len(clean), dtype) == (False, 0, 0)
+
+
+@pytest.mark.parametrize("stats", ["_stats_np", "_stats_py"])
+def test_only_the_bytes_of_the_segment_are_tested(stats: str) -> None:
+    """A segment's offset and size are honoured: non-zero or NaN bytes next to it do not
+    count; a tensor that is not a float (or a tail shorter than one element) gets the zero
+    test only."""
+    scan_chunk = getattr(_values, stats)
+    nan = (0x7E00).to_bytes(2, "little")
+    buf = bytearray(nan + bytes(8) + nan)
+    assert scan_chunk(buf, 2, 8, "float16") == (True, 0, 0)
+    assert scan_chunk(buf, 0, 10, "float16") == (False, 1, 0)
+    assert scan_chunk(buf, 2, 10, "float16") == (False, 1, 0)
+    ints = bytearray(bytes(4) + b"\x01" + bytes(3))
+    assert scan_chunk(ints, 0, 4, "int8") == (True, 0, 0)
+    assert scan_chunk(ints, 0, 8, "int8") == (False, 0, 0)
+    assert scan_chunk(ints, 4, 4, "uint8") == (False, 0, 0)
+    assert scan_chunk(bytearray(nan), 0, 1, "float16") == (True, 0, 0)
+    assert scan_chunk(bytearray(nan), 1, 1, "float16") == (False, 0, 0)
