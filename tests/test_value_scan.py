@@ -6,6 +6,7 @@ once; the adapters are saved by PEFT from a tiny Llama built from a config.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import warnings
 from typing import Any
@@ -143,14 +144,14 @@ def test_all_zero_means_every_bit_zero(dtype: str, stats: str) -> None:
         assert scan_chunk(chunk, 0, len(chunk), dtype) == (zero, 0, 0), (values[0], dtype)
 
 
-@pytest.mark.parametrize("chunk", [64, 6], ids=["64-bytes", "6-bytes-cutting-elements"])
+@pytest.mark.parametrize("chunk", [64, 10], ids=["64-bytes", "10-bytes-cutting-elements"])
 @pytest.mark.parametrize("with_numpy", [True, False], ids=["numpy", "no-numpy"])
 def test_tensors_larger_than_a_chunk_are_streamed(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, chunk: int,
         with_numpy: bool) -> None:
     """Memory stays bounded: every read fills one reused buffer of CHUNK bytes, and a value
     in the last chunk of a tensor is still found, with or without numpy, also when a chunk
-    ends inside an element (6 bytes of float32)."""
+    ends inside an element (10 bytes: two and a half float32)."""
     def last_value_nan(name: str, param: Any) -> None:
         if name.startswith("base_model.model.model.layers.0.self_attn.q_proj.lora_B"):
             param.view(-1)[-1] = float("nan")
@@ -173,7 +174,29 @@ def test_tensors_larger_than_a_chunk_are_streamed(
 
     assert report.codes() == ["LG120"]
     assert "holds 1 NaN and 0 Inf values (of 512)" in report.violations[0].message
-    assert set(reads) == {max(chunk, 8)} and len(reads) > 8 and len(buffers) == 1
+    assert set(reads) == {chunk} and len(reads) > 8 and len(buffers) == 1
+
+
+def test_a_file_that_shrinks_before_its_values_are_read_is_lg108(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Truncated by another process after its header was read: LG108 saying so, not a
+    hang on a read that returns nothing, nor a clean report."""
+    folder = peft_adapter(tmp_path / "shrinking")
+    weights = folder / "adapter_model.safetensors"
+    spec = lg.inspect_adapter(folder)
+    real_read_at = _values._read_at
+    truncated: list[int] = []
+
+    def read_at(fd: int, buf: bytearray, offset: int) -> int:
+        if not truncated:  # what is left: one and a half float32
+            truncated.append(offset)
+            os.truncate(weights, offset + 6)
+        return real_read_at(fd, buf, offset)
+
+    monkeypatch.setattr(_values, "_read_at", read_at)
+    report = lg.check_adapters([spec], scan_values=True)
+    assert report.codes() == ["LG108"]
+    assert "the file shrank while it was scanned" in report.violations[0].message
 
 
 @pytest.mark.parametrize("with_numpy", [True, False], ids=["numpy", "no-numpy"])
