@@ -17,7 +17,7 @@ import sysconfig
 import textwrap
 import threading
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 import pytest
 
 import lora_guard as lg
-from hostile.corpus import CASES, MARKER, Case, adapter, config
+from hostile.attacks import ATTACKS, PRELUDE, Attack
+from hostile.corpus import CASES, MARKER, Case, adapter, config, remove_deep_folders
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,6 +34,13 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.lora_guard(allow=tuple(lg.INVARIANTS))
 
 T = TypeVar("T")
+
+
+@pytest.fixture(autouse=True)
+def _no_deep_folders_left(tmp_path: Path) -> Iterator[None]:
+    """pytest could not remove the 1,500 nested folders of `deep-folders-1500` itself."""
+    yield
+    remove_deep_folders(tmp_path)
 
 # --- watching what a check does ------------------------------------------------------------
 
@@ -478,3 +486,52 @@ def test_two_threads_loading_one_adapter_never_lose_the_one_that_loaded() -> Non
     first_may_fail.set()
     worker.join(10)
     assert "math" in registry.adapters  # the failed load did not take the loaded one away
+
+
+# --- round 2: every hostile call in a child process with a time and a memory limit -----------
+
+ATTACK_SECONDS = 60
+"""Deadline of one attack's child (each answers in about a second here; torch's import more)."""
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.name)
+def test_a_hostile_call_is_answered_in_a_child_process_under_time_and_memory_limits(
+        attack: Attack, tmp_path: Path) -> None:
+    """The findings that are calls, not files (`hostile.attacks`): each runs in a fresh
+    interpreter with an address-space limit (``RLIMIT_AS``) and a deadline, so a hang, a
+    runaway allocation or a crash fails here instead of hiding in a thread."""
+    pytest.importorskip("resource")
+    try:
+        done = subprocess.run(
+            [sys.executable, *attack.flags, "-c", PRELUDE + attack.body, str(tmp_path),
+             str(attack.memory_mib), str(ROOT / "tests")],
+            capture_output=True, text=True, timeout=ATTACK_SECONDS, cwd=tmp_path,
+            env={**os.environ, **attack.env}, errors="backslashreplace")
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{attack.name}: no answer within {ATTACK_SECONDS} s")
+    said = " ".join(line[len("ANSWER "):] for line in done.stdout.splitlines()
+                    if line.startswith("ANSWER "))
+    if said.startswith("SKIP "):
+        pytest.skip(said[len("SKIP "):])
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2_000:]
+    answer = f"{said} {done.stderr}"
+    missing = [s for s in attack.says if s not in answer]
+    assert not missing, f"{attack.name}: {answer[:1_500]!r} lacks {missing}"
+    assert not (tmp_path / MARKER).exists()
+
+
+def test_every_finding_of_issue_17_is_an_attack_or_a_corpus_case() -> None:
+    names = {c.name for c in CASES} | {a.name for a in ATTACKS}
+    for wanted in ("target-modules-redos", "rank-pattern-three-stars", "rank-pattern-budget",
+                   "rank-pattern-1000-names", "base-config-fifo", "swap-to-fifo-before-open",
+                   "swap-to-symlink-before-open", "shrinks-after-fstat", "name-too-long",
+                   "unreadable-subfolder", "deep-folders-1500", "config-5000-digits",
+                   "surrogate-key", "header-100mb-lists", "config-oversized",
+                   "config-many-values", "base-config-duplicate-key", "cache-update-kwargs",
+                   "cache-ior-statement", "cache-same-key-twice", "pool-copy",
+                   "shape-float-dim", "shape-negative-dim", "shape-endless-iterator",
+                   "shape-jagged-tensor", "null-metadata", "header-whitespace",
+                   "threads-guard-adapter-load", "mode-bogus-under-w-error",
+                   "hf-cache-snapshot", "hf-cache-escape", "hard-link-from-another-user"):
+        assert wanted in names, wanted
+    assert len({a.name for a in ATTACKS}) == len(ATTACKS)

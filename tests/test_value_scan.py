@@ -108,8 +108,9 @@ def test_every_16_bit_pattern_is_classified_as_torch_does(dtype: str) -> None:
     values = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(
         getattr(torch, dtype))
     chunk = values.view(torch.int16).numpy().tobytes()
-    assert _values._nonfinite(chunk, dtype) == (
-        int(torch.isnan(values).sum()), int(torch.isinf(values).sum()))
+    expected = (int(torch.isnan(values).sum()), int(torch.isinf(values).sum()))
+    assert _values._nonfinite(chunk, dtype) == expected
+    assert _values._stats_np(bytearray(chunk), 0, len(chunk), dtype) == (False, *expected)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -123,33 +124,89 @@ def test_wide_floats_are_classified_as_torch_does(dtype: str) -> None:
     else:
         values = torch.cat([(bits << 32 | bits.abs()).view(torch.float64), special])
     chunk = values.numpy().tobytes()
-    assert _values._nonfinite(chunk, dtype) == (
-        int(torch.isnan(values).sum()), int(torch.isinf(values).sum()))
+    expected = (int(torch.isnan(values).sum()), int(torch.isinf(values).sum()))
+    assert _values._nonfinite(chunk, dtype) == expected
+    assert _values._stats_np(bytearray(chunk), 0, len(chunk), dtype) == (False, *expected)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("stats", ["_stats_np", "_stats_py"])
+def test_all_zero_means_every_bit_zero(dtype: str, stats: str) -> None:
+    """+0.0 everywhere is a no-op; -0.0 or values whose squares underflow are not called
+    zeros (the numpy test of wide floats starts from a dot product that is 0 for them)."""
+    scan_chunk = getattr(_values, stats)
+    torch_dtype = getattr(torch, dtype)
+    for values, zero in ((torch.zeros(300, dtype=torch_dtype), True),
+                         (torch.full((300,), -0.0, dtype=torch_dtype), False),
+                         (torch.full((300,), 1e-40, dtype=torch.float64).to(torch_dtype),
+                          bool(torch.all(torch.tensor(1e-40).to(torch_dtype) == 0)))):
+        chunk = bytearray(values.view(torch.uint8).numpy().tobytes())
+        assert scan_chunk(chunk, 0, len(chunk), dtype) == (zero, 0, 0), (values[0], dtype)
+
+
+@pytest.mark.parametrize("chunk", [64, 10], ids=["64-bytes", "10-bytes-cutting-elements"])
+@pytest.mark.parametrize("with_numpy", [True, False], ids=["numpy", "no-numpy"])
 def test_tensors_larger_than_a_chunk_are_streamed(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Memory stays bounded: no read asks for more than CHUNK bytes, and a value in the
-    last chunk of a tensor is still found."""
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, chunk: int,
+        with_numpy: bool) -> None:
+    """Memory stays bounded: every read fills one reused buffer of CHUNK bytes, and a value
+    in the last chunk of a tensor is still found, with or without numpy, also when a chunk
+    ends inside an element (10 bytes: two and a half float32)."""
     def last_value_nan(name: str, param: Any) -> None:
         if name.startswith("base_model.model.model.layers.0.self_attn.q_proj.lora_B"):
             param.view(-1)[-1] = float("nan")
 
     folder = peft_adapter(tmp_path / "late-nan", edit=last_value_nan)
+    buffers: set[int] = set()
     reads: list[int] = []
-    real_pread = os.pread
+    real_read_at = _values._read_at
 
-    def pread(fd: int, count: int, offset: int) -> bytes:
-        reads.append(count)
-        return real_pread(fd, count, offset)
+    def read_at(fd: int, buf: bytearray, offset: int) -> int:
+        buffers.add(id(buf))
+        reads.append(len(buf))
+        return real_read_at(fd, buf, offset)
 
-    monkeypatch.setattr(_values, "CHUNK", 64)
-    monkeypatch.setattr(_values.os, "pread", pread)  # type: ignore[attr-defined]
+    monkeypatch.setattr(_values, "CHUNK", chunk)
+    monkeypatch.setattr(_values, "_read_at", read_at)
+    if not with_numpy:
+        monkeypatch.setattr(_values, "_NP", None)
     report = scan(folder)
 
     assert report.codes() == ["LG120"]
     assert "holds 1 NaN and 0 Inf values (of 512)" in report.violations[0].message
-    assert max(reads) <= 64 and sum(reads) > 8 * 64
+    assert set(reads) == {chunk} and len(reads) > 8 and len(buffers) == 1
+
+
+def test_a_file_that_shrinks_before_its_values_are_read_is_lg108(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Truncated by another process after its header was read: LG108 saying so, not a
+    hang on a read that returns nothing, nor a clean report."""
+    folder = peft_adapter(tmp_path / "shrinking")
+    weights = folder / "adapter_model.safetensors"
+    spec = lg.inspect_adapter(folder)
+    real_read_at = _values._read_at
+    truncated: list[int] = []
+
+    def read_at(fd: int, buf: bytearray, offset: int) -> int:
+        if not truncated:  # what is left: one and a half float32
+            truncated.append(offset)
+            os.truncate(weights, offset + 6)
+        return real_read_at(fd, buf, offset)
+
+    monkeypatch.setattr(_values, "_read_at", read_at)
+    report = lg.check_adapters([spec], scan_values=True)
+    assert report.codes() == ["LG108"]
+    assert "the file shrank while it was scanned" in report.violations[0].message
+
+
+@pytest.mark.parametrize("with_numpy", [True, False], ids=["numpy", "no-numpy"])
+def test_an_untrained_adapter_is_found_without_numpy_too(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, with_numpy: bool) -> None:
+    folder = peft_adapter(tmp_path / "untrained", trained=False)
+    if not with_numpy:
+        monkeypatch.setattr(_values, "_NP", None)
+    assert scan(folder).codes() == ["LG119"]
+    assert scan(peft_adapter(tmp_path / "trained")).ok
 
 
 def test_a_file_changed_after_inspection_is_scanned_as_it_is_now(tmp_path: pathlib.Path) -> None:
@@ -175,3 +232,41 @@ def test_the_cli_scans_values_when_asked(tmp_path: pathlib.Path,
 def test_scan_values_takes_a_bool(tmp_path: pathlib.Path) -> None:
     with pytest.raises(TypeError, match="scan_values"):
         lg.check_adapters([tmp_path], scan_values="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("dtype", "pattern"), [
+    ("float16", 0x7C00), ("float16", 0xFC00), ("float16", 0x7C01), ("float16", 0xFFFF),
+    ("bfloat16", 0x7F80), ("bfloat16", 0xFF80), ("bfloat16", 0x7F81), ("bfloat16", 0xFFFF),
+])
+@pytest.mark.parametrize("stats", ["_stats_np", "_stats_py"])
+def test_one_non_finite_16_bit_value_alone_among_finite_ones_is_found(
+        dtype: str, pattern: int, stats: str) -> None:
+    """+Inf, -Inf and the smallest and largest NaN patterns, each the only one in a chunk of
+    finite values of both signs: the edges of the two ranges the quick test looks at."""
+    finite = [0x3C00, 0xBC00, 0x7BFF, 0xFBFF] if dtype == "float16" else [
+        0x3F80, 0xBF80, 0x7F7F, 0xFF7F]  # 1, -1, the largest finite, its negative
+    chunk = bytearray(b"".join(v.to_bytes(2, "little") for v in [*finite, pattern, *finite]))
+    is_inf = pattern & 0x7FFF in (0x7C00, 0x7F80)
+    assert getattr(_values, stats)(chunk, 0, len(chunk), dtype) == (
+        False, 0 if is_inf else 1, 1 if is_inf else 0)
+    clean = bytearray(b"".join(v.to_bytes(2, "little") for v in finite))
+    assert getattr(_values, stats)(clean, 0, len(clean), dtype) == (False, 0, 0)
+
+
+@pytest.mark.parametrize("stats", ["_stats_np", "_stats_py"])
+def test_only_the_bytes_of_the_segment_are_tested(stats: str) -> None:
+    """A segment's offset and size are honoured: non-zero or NaN bytes next to it do not
+    count; a tensor that is not a float (or a tail shorter than one element) gets the zero
+    test only."""
+    scan_chunk = getattr(_values, stats)
+    nan = (0x7E00).to_bytes(2, "little")
+    buf = bytearray(nan + bytes(8) + nan)
+    assert scan_chunk(buf, 2, 8, "float16") == (True, 0, 0)
+    assert scan_chunk(buf, 0, 10, "float16") == (False, 1, 0)
+    assert scan_chunk(buf, 2, 10, "float16") == (False, 1, 0)
+    ints = bytearray(bytes(4) + b"\x01" + bytes(3))
+    assert scan_chunk(ints, 0, 4, "int8") == (True, 0, 0)
+    assert scan_chunk(ints, 0, 8, "int8") == (False, 0, 0)
+    assert scan_chunk(ints, 4, 4, "uint8") == (False, 0, 0)
+    assert scan_chunk(bytearray(nan), 0, 1, "float16") == (True, 0, 0)
+    assert scan_chunk(bytearray(nan), 1, 1, "float16") == (False, 0, 0)

@@ -323,13 +323,27 @@ def _regular_file(root: Path) -> Path:
     return path
 
 
-def _deep_dirs(root: Path) -> Path:
+def _deep_dirs(root: Path, depth: int = 200) -> Path:
     top = root / "uploads"
     path = top
-    for _ in range(200):
+    top.mkdir()
+    for _ in range(depth):  # one level at a time: Path.mkdir(parents=True) recurses
         path = path / "d"
-    path.mkdir(parents=True)
+        path.mkdir()
     return top
+
+
+def remove_deep_folders(directory: Path) -> None:
+    """Remove the nested ``uploads/d/d/...`` of the deep-folder cases built under
+    ``directory``, deepest first: ``shutil.rmtree``, and so pytest's removal of old temporary
+    folders, recurses once per level and fails at 1,500 levels before Python 3.12."""
+    for top in (directory / "uploads", directory / "deep-folders-1500" / "uploads"):
+        chain = [top] if top.is_dir() else []
+        while chain and (chain[-1] / "d").is_dir():
+            chain.append(chain[-1] / "d")
+        if len(chain) > 500:
+            for folder in reversed(chain):
+                folder.rmdir()
 
 
 def _hf_snapshot(root: Path, *, escape: bool = False) -> Path:
@@ -359,6 +373,17 @@ def _many_values(root: Path) -> Path:
         b"[]," * 3_000_000) + b"[]]}}"
     folder = adapter(root)
     write_weights(folder / "adapter_model.safetensors", raw, data)
+    return folder
+
+
+def _header_100mb_lists(root: Path) -> Path:
+    """A valid adapter whose header, just under the 100 MB cap, is mostly ``[],`` (33
+    million empty lists: 2.48 GB when parsed whole)."""
+    head, data = header(tensors())
+    raw = json.dumps(head).encode()[:-1] + b',"x":['
+    count = (99_999_000 - len(raw)) // 3
+    folder = adapter(root)
+    write_weights(folder / "adapter_model.safetensors", raw + b"[]," * count + b"[]]}", data)
     return folder
 
 
@@ -597,6 +622,10 @@ CASES: list[Case] = [
          None, "", _hf_snapshot),
     Case("hf-cache-escape", "a snapshot whose weights link into another cached repository",
          "LG108", "outside", lambda root: _hf_snapshot(root, escape=True)),
+    Case("deep-folders-1500", "folders nested 1,500 deep (a RecursionError before)", "LG108",
+         "deeper than 64", lambda root: _deep_dirs(root, 1_500)),
+    Case("header-100mb-lists", "a 100 MB header of `[[],[],...]` (2.48 GB parsed before)",
+         "LG108", "memory bound", _header_100mb_lists, max_mib=256),
     Case("header-many-values", "a header of 3,000,000 empty lists (9 MB, 2.5 GB parsed)",
          "LG108", "memory bound", _many_values, max_mib=64),
     Case("config-many-values", "a 6 MB config of 1,000,000 empty lists", "LG108",

@@ -90,7 +90,8 @@ def check_cache_entry(key: object, cached: Any, weight: Any) -> Violation | None
             return None
     except AttributeError:
         pass
-    old_shape, new_shape = shape_of(cached), shape_of(weight)
+    old_shape = shape_of(cached, name=f"the tensor cached under {key!r}")
+    new_shape = shape_of(weight, name=f"the new weight for cache key {key!r}")
     old_dtype, new_dtype = dtype_name(cached), dtype_name(weight)
     if old_shape == new_shape and old_dtype == new_dtype:
         return None

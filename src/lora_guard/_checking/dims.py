@@ -98,6 +98,73 @@ class _Bound:
     axis: int
 
 
+def _shape(subject: str, arg: str, spec: DimSpec, value: Any
+           ) -> tuple[tuple[int, ...] | None, Violation | None]:
+    """The shape of one argument, or the LG004 saying why it has none that fits ``spec``."""
+    shape = (shape_of(value, name=f"{subject}: argument {arg!r}")
+             if hasattr(value, "shape") else None)
+    if shape is None:
+        return None, make_violation("LG004", "no-shape", subject, argument=arg,
+                                    type=type(value).__name__, spec=spec.text)
+    want = len(spec.dims)
+    if len(shape) < want if spec.ellipsis else len(shape) != want:
+        return None, make_violation(
+            "LG004", "ndim", subject, argument=arg, ndim=len(shape), shape=shape,
+            spec=spec.text, expected_ndim=f"at least {want}" if spec.ellipsis else want)
+    return shape, None
+
+
+def _read_shapes(subject: str, specs: Mapping[str, DimSpec], values: Mapping[str, Any],
+                 dtypes: frozenset[str] | None, same_dtype: bool,
+                 ) -> tuple[dict[str, tuple[int, ...]], dict[str, str], list[Violation]]:
+    """The shapes (and dtype names) of the arguments given, with their LG004s."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    seen_dtypes: dict[str, str] = {}
+    found: list[Violation] = []
+    for arg, spec in specs.items():
+        value = values.get(arg)
+        if value is None:
+            continue
+        shape, violation = _shape(subject, arg, spec, value)
+        if violation is not None or shape is None:
+            found.extend([violation] if violation is not None else [])
+            continue
+        shapes[arg] = shape
+        if dtypes is not None or same_dtype:
+            name = dtype_name(value) or "?"
+            seen_dtypes[arg] = name
+            if dtypes is not None and name not in dtypes:
+                found.append(make_violation("LG004", "dtype", subject, argument=arg, got=name,
+                                            expected=sorted(dtypes)))
+    return shapes, seen_dtypes, found
+
+
+def _bind(subject: str, arg: str, i: int, spec: DimSpec, shape: tuple[int, ...],
+          bound: dict[str, _Bound]) -> Violation | None:
+    """Bind dim ``i`` of ``arg`` (into ``bound``), or the LG004 of its disagreement."""
+    dim, axis = spec.dims[i], spec.axis(i)
+    got = shape[axis]
+    if dim.kind == "any":
+        return None
+    if dim.kind == "literal":
+        return None if got == dim.value else make_violation(
+            "LG004", "literal", subject, argument=arg, axis=axis, got=got, shape=shape,
+            spec=spec.text, expected=dim.value)
+    factor = dim.value if dim.kind == "multiple" else 1
+    if got % factor:
+        return make_violation("LG004", "multiple", subject, argument=arg, axis=axis, got=got,
+                              shape=shape, spec=spec.text, factor=factor)
+    prior = bound.get(dim.name)
+    if prior is None:
+        bound[dim.name] = _Bound(got // factor, arg, axis)
+    elif prior.value * factor != got:
+        return make_violation("LG004", "bound", subject, argument=arg, axis=axis,
+                              dim=dim.name if factor == 1 else f"{factor}*{dim.name}",
+                              expected=prior.value * factor, bound_by=prior.argument,
+                              got=got, shape=shape, spec=spec.text)
+    return None
+
+
 def bind_dims(
     subject: str,
     specs: Mapping[str, DimSpec],
@@ -110,7 +177,8 @@ def bind_dims(
     """Bind every named dim of ``specs`` from ``values``; report LG004 for each disagreement.
 
     Returns the bound dims, where each was bound (argument, axis), and the violations. An
-    argument whose value is None is skipped (optional tensors).
+    argument whose value is None is skipped (optional tensors); a shape that is not one
+    (a float or negative dim, an endless ``.shape``) raises naming the argument.
     """
     call = _Call(subject, specs)
     seen_dtypes: dict[str, str] = {}
@@ -149,7 +217,8 @@ class _Call:
 
     def read_shape(self, arg: str, spec: DimSpec, value: Any) -> bool:
         """Record the argument's shape if it has one of the spec's rank; else report."""
-        shape = shape_of(value) if hasattr(value, "shape") else None
+        shape = (shape_of(value, name=f"{self.subject}: argument {arg!r}")
+                 if hasattr(value, "shape") else None)
         if shape is None:
             self.found.append(make_violation("LG004", "no-shape", self.subject, argument=arg,
                                              type=type(value).__name__, spec=spec.text))

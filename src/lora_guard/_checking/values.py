@@ -2,12 +2,16 @@
 
 An adapter that loads and does nothing is the most common silent failure: an untrained or
 lost ``lora_B`` left at zero (LG119), or weights that became NaN or Inf in training (LG120).
-Both need the values. This module streams each tensor of ``adapter_model.safetensors`` once,
-in chunks of `CHUNK` bytes (memory stays bounded whatever the file's size), without torch or
-numpy needed: a zero test is a ``memcmp`` against zeros, and a non-finite test looks at the
-exponent bits of each element, with two numpy reductions per chunk when numpy is installed
-(about the cost of reading the chunk), else through strided slices, ``bytes.translate`` and
-big-integer bit operations (pure Python, in C, about ten times slower).
+Both need the values. This module streams ``adapter_model.safetensors`` once through one
+reused buffer of `CHUNK` bytes (``os.preadv``: no allocation per read; memory stays bounded
+whatever the file's size; consecutive small tensors come from one read), without torch.
+With numpy installed, each tensor's bytes are tested in place through numpy views of the
+buffer: one or two reductions per chunk (the max of the 16-bit patterns as unsigned and as
+signed integers; a BLAS dot product for 32/64-bit floats) tell a chunk free of NaN and Inf
+and whether it is all zeros; only a chunk that may hold a NaN or Inf is counted exactly.
+Without numpy, a ``memcmp`` against zeros and the exponent bytes through strided slices,
+``bytes.translate`` and big-integer bit operations (pure Python, in C, about ten times
+slower): the scan works, slower.
 
 (A scaling of zero, ``lora_alpha`` 0, is in the config: every check reports it, LG121.)
 """
@@ -25,8 +29,8 @@ from lora_guard._reading.safetensors import HeaderError, TensorInfo, read_header
 
 __all__ = ["CHUNK", "scan_violations", "tensor_stats"]
 
-CHUNK = 1 << 18
-"""Bytes read at a time (256 KiB, a multiple of every element width): small enough for the
+CHUNK = 1 << 19
+"""Bytes read at a time (512 KiB, a multiple of every element width): small enough for the
 tests on a chunk to run on data still in the CPU's cache, large enough for few reads."""
 
 _WIDTH = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
@@ -106,30 +110,97 @@ _NP = _numpy()
 
 
 def _nonfinite_np(chunk: bytes, dtype: str) -> tuple[int, int]:
-    """`_nonfinite` with numpy: a chunk without NaN or Inf costs two max reductions over its
-    elements seen as signed and unsigned integers (a NaN or Inf has every exponent bit set:
-    a positive one is at least the exponent mask as a signed int, a negative one at least
-    mask | sign as an unsigned one); only a chunk that has some counts them exactly."""
-    np = _NP
-    bits = 8 * _WIDTH[dtype]
-    signed = np.frombuffer(chunk, f"<i{bits // 8}")
-    unsigned = signed.view(f"<u{bits // 8}")
-    exponent = _EXPONENT[dtype]
-    if bits >= 32:  # one BLAS pass: a NaN or Inf makes the sum of squares NaN or Inf
-        floats = signed.view(f"<f{bits // 8}")
-        if floats.size == 0 or math.isfinite(float(np.dot(floats, floats))):
-            return 0, 0  # (finite values above 1e19 overflow it: then counted exactly)
-    elif signed.size == 0 or (int(signed.max()) < exponent
-                            and int(unsigned.max()) < exponent | _SIGN_BIT[dtype]):
-        return 0, 0
+    """(NaN, Inf) counts of one chunk, counted exactly with numpy."""
+    unsigned = _NP.frombuffer(chunk, f"<u{_WIDTH[dtype]}")
+    return _exact_np(unsigned, dtype)
+
+
+def _exact_np(unsigned: Any, dtype: str) -> tuple[int, int]:
+    np, exponent = _NP, _EXPONENT[dtype]
     bad = int(np.count_nonzero((unsigned & exponent) == exponent))
     inf = int(np.count_nonzero((unsigned & (_SIGN_BIT[dtype] - 1)) == exponent))
     return bad - inf, inf
 
 
-def tensor_stats(fd: int, start: int, info: TensorInfo) -> tuple[bool, int, int]:
+def _stats_np(buf: bytearray, offset: int, size: int, dtype: str) -> tuple[bool, int, int]:
+    """(all zero, NaN, Inf) of ``size`` bytes of ``buf`` from ``offset``, with numpy and no
+    copy. A chunk without NaN or Inf costs one or two reductions over views of the buffer:
+    for 16-bit floats, the max of the elements as unsigned integers (0: all zero; at least
+    the exponent mask with the sign bit: a negative NaN or Inf) and as signed ones (at least
+    the exponent mask: a positive one); for 32/64-bit floats, one BLAS dot product (a NaN or
+    Inf makes it non-finite, all zeros make it 0). Only a chunk that may hold some counts
+    them exactly."""
+    np, width = _NP, _WIDTH.get(dtype)
+    if width is None or size < width:  # not a float: only the zero test
+        return not np.frombuffer(buf, np.uint8, size, offset).any(), 0, 0
+    unsigned = np.frombuffer(buf, f"<u{width}", size // width, offset)
+    exponent = _EXPONENT[dtype]
+    if width == 2:
+        top = int(unsigned.max())
+        if top == 0:
+            return True, 0, 0
+        if top < exponent | _SIGN_BIT[dtype] and int(unsigned.view("<i2").max()) < exponent:
+            return False, 0, 0
+        return (False, *_exact_np(unsigned, dtype))
+    floats = unsigned.view(f"<f{width}")
+    square = float(np.dot(floats, floats))
+    if square == 0.0:  # zeros, or values so small that their squares underflow
+        return not unsigned.any(), 0, 0
+    if math.isfinite(square):  # (finite values above 1e19 overflow it: then counted exactly)
+        return False, 0, 0
+    return (False, *_exact_np(unsigned, dtype))
+
+
+def _stats_py(buf: bytearray, offset: int, size: int, dtype: str) -> tuple[bool, int, int]:
+    """`_stats_np` without numpy: a ``memcmp`` against zeros, then `_nonfinite`."""
+    chunk = bytes(buf[offset:offset + size])
+    if chunk == bytes(size):
+        return True, 0, 0
+    nan, inf = _nonfinite(chunk, dtype) if dtype in _WIDTH else (0, 0)
+    return False, nan, inf
+
+
+def _read_at(fd: int, buf: bytearray, offset: int) -> int:
+    """Fill ``buf`` from byte ``offset`` of ``fd`` (``os.preadv`` into the reused buffer, no
+    allocation; ``os.pread`` and a copy where there is no preadv); the count read."""
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [buf], offset)
+    data = os.pread(fd, len(buf), offset)
+    buf[:len(data)] = data
+    return len(data)
+
+
+class _Window:
+    """The file's bytes ``[start, start + size)`` held in one reused buffer of `CHUNK` bytes:
+    consecutive small tensors are served from one read, a large one is read chunk by chunk;
+    every byte is read once (but the few bytes of an element cut by a window's end)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buf, self.start, self.size = fd, bytearray(max(CHUNK, 8)), 0, 0
+
+    def _whole(self, position: int, end: int, width: int) -> int:
+        """Bytes of whole elements of ``[position, end)`` in the window, from ``position``."""
+        if not self.start <= position < self.start + self.size:
+            return 0
+        available = min(end, self.start + self.size) - position
+        return available - available % width if available < end - position else available
+
+    def segment(self, position: int, end: int, width: int) -> tuple[int, int]:
+        """(offset in `buf`, size) of the next whole elements of ``[position, end)``, read
+        from ``position`` when the window holds none of them."""
+        available = self._whole(position, end, width)
+        if available <= 0:
+            self.start, self.size = position, _read_at(self.fd, self.buf, position)
+            available = self._whole(position, end, width)
+        if available <= 0:
+            raise OSError("the file shrank while it was scanned")
+        return position - self.start, available
+
+
+def tensor_stats(fd: int, start: int, info: TensorInfo,
+                 window: _Window | None = None) -> tuple[bool, int, int]:
     """(all zero, NaN count, Inf count) of one tensor whose data starts at byte ``start`` of
-    the file open as ``fd``, read in chunks of `CHUNK` bytes.
+    the file open as ``fd``, read in chunks of at most `CHUNK` bytes into one reused buffer.
 
     Example:
         >>> import os, tempfile, struct
@@ -140,21 +211,16 @@ def tensor_stats(fd: int, start: int, info: TensorInfo) -> tuple[bool, int, int]
         (False, 1, 1)
         >>> os.close(fd); os.remove(path)
     """
+    window = window if window is not None else _Window(fd)
+    stats = _stats_np if _NP is not None else _stats_py
+    width = _WIDTH.get(info.dtype, 1)
     zero, nan, inf = True, 0, 0
-    floating = info.dtype in _WIDTH
-    count = _nonfinite_np if _NP is not None else _nonfinite
-    zeros = bytes(min(CHUNK, info.nbytes))
-    done = 0
-    while done < info.nbytes:
-        chunk = os.pread(fd, min(CHUNK, info.nbytes - done), start + done)
-        if not chunk:
-            raise OSError("the file shrank while it was scanned")
-        done += len(chunk)
-        if zero and chunk != (zeros if len(chunk) == len(zeros) else bytes(len(chunk))):
-            zero = False  # memcmp: stops at the first byte that is not zero
-        if floating:
-            more_nan, more_inf = count(chunk, info.dtype)
-            nan, inf = nan + more_nan, inf + more_inf
+    position, end = start, start + info.nbytes
+    while position < end:
+        offset, size = window.segment(position, end, width)
+        position += size
+        more_zero, more_nan, more_inf = stats(window.buf, offset, size, info.dtype)
+        zero, nan, inf = zero and more_zero, nan + more_nan, inf + more_inf
     return zero, nan, inf
 
 
@@ -188,7 +254,8 @@ def scan_violations(spec: AdapterSpec, subject: str) -> list[Violation]:
         try:
             tensors, _, _ = read_header_from_fd(fd, stat.st_size)
             header = int.from_bytes(os.pread(fd, 8, 0), "little")
-            stats = {key: tensor_stats(fd, 8 + header + info.offsets[0], info)
+            window = _Window(fd)
+            stats = {key: tensor_stats(fd, 8 + header + info.offsets[0], info, window)
                      for key, info in sorted(tensors.items(), key=lambda kv: kv[1].offsets)}
         finally:
             os.close(fd)

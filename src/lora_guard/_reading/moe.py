@@ -92,7 +92,7 @@ def classify_moe_weights(weights: Mapping[str, Any]) -> list[tuple[str, MoELayou
         if role == "indexed":
             found.append((key, MoELayout.PER_EXPERT))
             continue
-        shape = shape_of(weights[key])
+        shape = shape_of(weights[key], name=key)
         if shape is None:
             continue
         if len(shape) == 3:
