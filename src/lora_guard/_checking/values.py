@@ -143,7 +143,8 @@ def _stats_np(buf: bytearray, offset: int, size: int, dtype: str) -> tuple[bool,
             return False, 0, 0
         return (False, *_exact_np(unsigned, dtype))
     floats = unsigned.view(f"<f{width}")
-    square = float(np.dot(floats, floats))
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf are what we look for
+        square = float(np.dot(floats, floats))
     if square == 0.0:  # zeros, or values so small that their squares underflow
         return not unsigned.any(), 0, 0
     if math.isfinite(square):  # (finite values above 1e19 overflow it: then counted exactly)
