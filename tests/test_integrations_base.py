@@ -280,9 +280,17 @@ def test_an_entry_point_without_instrument_is_refused_clearly(
 
 
 def test_instrument_by_names_checks_every_name_before_patching_any() -> None:
-    with pytest.raises(ValueError, match="no integration 'nope'"):
-        integrations.instrument(["peft", "nope"])
-    assert not integrations.get("peft").instrumented
+    peft = integrations.get("peft")
+    was = peft.instrumented  # on when the suite runs with --lora-guard-instrument=peft
+    if was:
+        peft.uninstrument()
+    try:
+        with pytest.raises(ValueError, match="no integration 'nope'"):
+            integrations.instrument(["peft", "nope"])
+        assert not peft.instrumented
+    finally:
+        if was:
+            peft.instrument()
 
 
 def test_no_test_depends_on_a_replica() -> None:

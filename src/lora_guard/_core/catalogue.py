@@ -272,6 +272,9 @@ _ENTRIES = (
             "Make sure weights stored under one key always come from one adapter shape and dtype.",
         ),
         example=(
+            "# the guard says:\n# LG003 cache-key-collision: cache key 'model.layers.0.q_proj."
+            "lora_A#tp0' holds a tensor of shape (16, 64) and dtype float16, but the new weig"
+            'ht has shape (8, 64) and dtype float16; the stale tensor would be served.\n'
             "# before\n"
             "cache_key = f'{layer}.{name}#tp{tp_rank}'\n"
             "# after\n"
@@ -422,6 +425,8 @@ _ENTRIES = (
             "Re-export the adapter from the training run; do not mix A and B from different runs.",
         ),
         example=(
+            '# lora-guard check says:\n# LG102 rank-inconsistent: model.layers.0.self_attn.q_p'
+            'roj has lora_A of rank 8 (shape (8, 64)) but lora_B of rank 9 (shape (64, 9)).\n'
             "# before: config r=8, tensors saved at rank 16\n"
             '{"r": 8, ...}\n'
             "# after\n"
@@ -458,6 +463,8 @@ _ENTRIES = (
             "Drop the orphan module from the weights and from target_modules.",
         ),
         example=(
+            '# lora-guard check says:\n# LG103 orphan-weight: model.layers.0.self_attn.q_proj '
+            'has lora_B but no lora_A.\n'
             "# the weights must hold pairs:\n"
             "x.lora_A.weight  (r, in)\n"
             "x.lora_B.weight  (out, r)\n"
@@ -532,6 +539,8 @@ _ENTRIES = (
             "Merge the feature into the base model and serve the merged model.",
         ),
         example=(
+            '# lora-guard check says:\n# LG105 unsupported-feature: uses DoRA (use_dora=True),'
+            ' which the server does not serve.\n'
             "# before\n"
             "LoraConfig(r=16, use_dora=True)\n"
             "# after\n"
@@ -571,7 +580,11 @@ _ENTRIES = (
             "(e.g. save it again after model.to(torch.bfloat16)).",
             "Widen ServingLimits(dtypes=...) if the server casts safely.",
         ),
-        example="# after\nmodel = model.to(torch.bfloat16)\nmodel.save_pretrained(path)\n",
+        example=(
+            "# lora-guard check says:\n# LG106 dtype-policy: LoRA tensors mix dtypes ['float16"
+            "', 'float32'].\n"
+            "# after\nmodel = model.to(torch.bfloat16)\nmodel.save_pretrained(path)\n"
+        ),
         error="AdapterError",
         messages={
             "allowed": "{subject}: dtype {dtype} of {key} is not allowed; allowed: {allowed}.",
@@ -594,7 +607,11 @@ _ENTRIES = (
             "Gather the full state dict before saving (e.g. FSDP full_state_dict, "
             "ZeRO-3 stage3_gather_16bit_weights_on_model_save).",
         ),
-        example="# after\nwith FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT): ...\n",
+        example=(
+            '# lora-guard check says:\n# LG107 empty-tensor: tensor base_model.model.model.lay'
+            'ers.0.self_attn.q_proj.lora_A.weight has zero size (shape (0, 64)).\n'
+            "# after\nwith FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT): ...\n"
+        ),
         error="AdapterError",
         messages={"empty": "{subject}: tensor {key} has zero size (shape {shape})."},
         raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
@@ -632,7 +649,10 @@ _ENTRIES = (
             "symlinked adapter folder found by a search is checked when you name it explicitly.",
         ),
         example=(
-            "# convert a trusted .bin adapter once, offline\n"
+            '# lora-guard check says:\n# LG108 malformed-adapter: adapter_model.safetensors: h'
+            'eader length 1016 bytes runs past the end of the file (516 bytes); the file is t'
+            'runcated.\n'
+            "# a pickle .bin adapter instead: convert a trusted one once, offline\n"
             "sd = torch.load('adapter_model.bin', weights_only=True)\n"
             "safetensors.torch.save_file(sd, 'adapter_model.safetensors')\n"
         ),
@@ -763,6 +783,9 @@ _ENTRIES = (
             "keeps the parts apart (vLLM, PEFT).",
         ),
         example=(
+            '# lora-guard check says:\n# LG111 packed-rank-mismatch: qkv_proj of model.layers.'
+            '0.self_attn stacks k_proj, q_proj, v_proj of ranks k_proj=16, q_proj=8, v_proj=8'
+            '; sglang==0.5.23 holds one rank per packed module and refuses it.\n'
             "# before\nLoraConfig(r=8, target_modules=[\"q_proj\", \"k_proj\", \"v_proj\"],\n"
             "           rank_pattern={\"k_proj\": 4})\n"
             "# after\nLoraConfig(r=8, target_modules=[\"q_proj\", \"k_proj\", \"v_proj\"])\n"
@@ -800,6 +823,9 @@ _ENTRIES = (
             "honour them.",
         ),
         example=(
+            '# lora-guard check says:\n# LG112 scaling-not-honoured: model.layers.0.self_attn.'
+            'v_proj (and 1 more) is scaled by 4 in PEFT (alpha 32), but sglang==0.5.23 scales'
+            ' the whole adapter by lora_alpha / r = 1.\n'
             "# before\nLoraConfig(r=16, lora_alpha=16, use_rslora=True)\n"
             "# after (for sglang)\nLoraConfig(r=16, lora_alpha=16)\n"
         ),
@@ -1286,6 +1312,10 @@ _ENTRIES = (
             "serve it on this verdict alone.",
         ),
         example=(
+            "# lora-guard check says:\n"
+            "# LG900 internal-error: adapter 'math': lora_guard's checker failed with KeyError\n"
+            "# ('lora_B') at check_adapters.py:412; this is a bug in lora_guard, not a verdict\n"
+            "# on the adapter.\n"
             "LORA_GUARD_DEBUG=1 lora-guard check ./adapters/math   # the traceback to report\n"
         ),
         error="AdapterError",
