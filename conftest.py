@@ -28,7 +28,7 @@ _EXAMPLES_THAT_BREAK_AN_INVARIANT = {
     "lora_guard.ShapeContractError": "LG004",
     "lora_guard._core.config.Recording": "LG201",
     "lora_guard._core.config.recording": "LG201",
-    "lora_guard._checking.predicates.is_lora_guard_error": "LG201",
+    "lora_guard._guarding.predicates.is_lora_guard_error": "LG201",
 }
 
 

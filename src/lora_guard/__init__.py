@@ -16,17 +16,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._checking.check_adapters import Report, ServingLimits, adapter_servable, check_adapters
     from ._checking.one_adapter import check_adapter
-    from ._checking.predicates import (
-        assert_slot_maps_consistent,
-        cache_entry_matches,
-        check_slot_maps,
-        is_lora_guard_error,
-        layouts_uniform,
-        pool_shapes_stable,
-        shapes_conform,
-        slot_maps_consistent,
-    )
-    from ._checking.shapes import frozen_dims, shapes, unfreeze
     from ._core.catalogue import INVARIANTS, Invariant
     from ._core.config import Recording, configure, get_mode, recording
     from ._core.errors import (
@@ -49,6 +38,17 @@ if TYPE_CHECKING:
         rank_fingerprint,
     )
     from ._guarding.layouts import LayoutRegistry, detect_moe_layout, guard_adapter_load
+    from ._guarding.predicates import (
+        assert_slot_maps_consistent,
+        cache_entry_matches,
+        check_slot_maps,
+        is_lora_guard_error,
+        layouts_uniform,
+        pool_shapes_stable,
+        shapes_conform,
+        slot_maps_consistent,
+    )
+    from ._guarding.shapes import frozen_dims, shapes, unfreeze
     from ._reading.adapters import AdapterSpec, LoRAModuleSpec, TensorInfo, inspect_adapter
     from ._reading.moe import MoELayout
 
@@ -83,7 +83,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "Violation",
     ),
     "._guarding.layouts": ("LayoutRegistry", "detect_moe_layout", "guard_adapter_load"),
-    "._checking.predicates": (
+    "._guarding.predicates": (
         "assert_slot_maps_consistent",
         "cache_entry_matches",
         "check_slot_maps",
@@ -93,7 +93,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "shapes_conform",
         "slot_maps_consistent",
     ),
-    "._checking.shapes": ("frozen_dims", "shapes", "unfreeze"),
+    "._guarding.shapes": ("frozen_dims", "shapes", "unfreeze"),
 }
 _HOME = {name: module for module, names in _PUBLIC.items() for name in names}
 

@@ -62,10 +62,10 @@ from typing import Any
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_cache_entry, check_slot_maps_violations
 from .._checking.engines import running_limits
-from .._checking.shapes import shapes
 from .._core.config import report
 from .._core.errors import LoRAGuardError, Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
+from .._guarding.shapes import shapes
 from .._reading.adapters import AdapterSpec
 from ._base import AttachReport, Integration, Patch, local_adapter
 

@@ -19,14 +19,14 @@ from typing import Any, TypeVar, cast
 
 from lora_guard._checking.checks import dtype_name, shape_of
 from lora_guard._checking.dims import DimSpec, bind_dims, parse_spec
-from lora_guard._checking.fast_path import (
+from lora_guard._core.config import STATE, report
+from lora_guard._core.errors import Violation, make_violation
+from lora_guard._guarding.fast_path import (
     FastPathPlan,
     build_fast_path,
     default_name,
     inline_where,
 )
-from lora_guard._core.config import STATE, report
-from lora_guard._core.errors import Violation, make_violation
 
 __all__ = ["frozen_dims", "shapes", "unfreeze"]
 

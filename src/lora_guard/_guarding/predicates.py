@@ -17,9 +17,9 @@ from lora_guard._checking.checks import (
     weights_of,
 )
 from lora_guard._checking.dims import bind_dims, parse_spec
-from lora_guard._checking.shapes import frozen_dims
 from lora_guard._core.config import report
 from lora_guard._core.errors import LoRAGuardError
+from lora_guard._guarding.shapes import frozen_dims
 
 if TYPE_CHECKING:
     import torch
