@@ -150,7 +150,8 @@ class ServingLimits:
     base model's Hugging Face ``config.json`` (a path, a folder holding it, or a dict).
     ``allow`` names config features the server does implement (``dora``, ``lora_bias``,
     ``bias``, ``modules_to_save``, ``trainable_tokens``, ``peft_type``, ``alora``,
-    ``layer_replication``, ``qalora``, ``bdlora``); any other feature in use is LG105.
+    ``layer_replication``, ``qalora``, ``bdlora``, ``added_tokens``); any other feature in
+    use is LG105.
 
     Example:
         >>> import lora_guard as lg
