@@ -84,7 +84,8 @@ FEATURES: Mapping[str, str] = types.MappingProxyType({
     "added_tokens": ADDED_TOKENS_NAME,
 })
 """Config features that change the forward pass, by the name ``ServingLimits(allow=...)``
-takes, with the ``adapter_config.json`` field that turns each on."""
+takes, with the ``adapter_config.json`` field that turns each on (for ``added_tokens``, the
+file of the folder)."""
 
 _LAYER = re.compile(r"\.(?:layers|h|blocks|layer|decoder\.layers)\.(\d+)\.")
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
@@ -1050,11 +1051,15 @@ def _read_added_tokens(folder: pathlib.Path) -> dict[str, int] | None:
     try:
         if info.st_size > MAX_CONFIG_BYTES:
             raise Malformed(ADDED_TOKENS_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
-        raw = _read_fd(fd, MAX_CONFIG_BYTES + 1)
+        raw = _read_fd(fd, info.st_size + 1)  # a buffer of the file's size, not of the cap
+        if len(raw) > info.st_size:
+            raw += _read_fd(fd, MAX_CONFIG_BYTES + 1 - len(raw))
     except OSError as exc:
         raise Malformed(ADDED_TOKENS_NAME, f"cannot be read ({_reason(exc)})") from None
     finally:
         os.close(fd)
+    if len(raw) > MAX_CONFIG_BYTES:  # it grew since fstat
+        raise Malformed(ADDED_TOKENS_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
     tokens = parse_json_config(raw, ADDED_TOKENS_NAME)
     for token, token_id in tokens.items():
         if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
