@@ -46,6 +46,19 @@ def _save(root: pathlib.Path, name: str, *, head: str = "causal", dtype: Any = N
     return path
 
 
+def _save_added_tokens(root: pathlib.Path, name: str, tokens: dict[str, int]) -> pathlib.Path:
+    """A fine-tune that added tokens: the tokenizer grew, the model's embeddings were resized
+    to it, LoRA on q/k/v; the adapter saved with the tokenizer's added_tokens.json."""
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(_config())
+    model.resize_token_embeddings(max(128, max(tokens.values()) + 1))
+    model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=TARGETS))
+    path = root / name
+    model.save_pretrained(str(path))
+    (path / "added_tokens.json").write_text(json.dumps(tokens))
+    return path
+
+
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
     """The adapters users train, each saved by PEFT."""
@@ -76,6 +89,11 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
             "pissa": _save(root, "pissa", init_lora_weights="pissa"),
             "pissa-niter": _save(root, "pissa-niter", init_lora_weights="pissa_niter_2"),
         }
+        found["added-tokens"] = _save_added_tokens(root, "added-tokens",
+                                                   {"<sql>": 128, "</sql>": 129})
+        # a tokenizer save copies the base tokenizer's own added tokens (ids below the vocab)
+        found["added-tokens-copied"] = _save_added_tokens(root, "added-tokens-copied",
+                                                          {"<|pad|>": 0, "<|eot|>": 127})
     base = root / "base"
     config = _config()
     config.torch_dtype = torch.bfloat16
@@ -322,6 +340,69 @@ def test_sglang_target_modules_normalise_to_packed_names(
     code, _, err = run(capsys, str(made["plain"]), "--engine", "sglang", "--",
                        "--lora-target-modules", "c_attn")
     assert code == 2 and "--lora-target-modules" in err and "'c_attn' is not one of" in err
+
+
+def test_sglang_refuses_an_adapter_that_adds_tokens(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    # sglang's LoRAConfig reads added_tokens.json, drops ids below the base's vocab_size, and
+    # validate_new_adapter refuses the rest: "doesn't support adapters that add tokens"
+    base = str(made["base"] / "config.json")
+    code, out, _ = run(capsys, str(made["added-tokens"]), "--engine", "sglang",
+                       "--base-config", base)
+    assert code == 1
+    assert ("LG105 unsupported-feature: added_tokens.json adds 2 "
+            "token(s) to the vocabulary ('<sql>', '</sql>'; ids 128..129, at or past the "
+            "base's vocab_size 128), which sglang==0.5.23 does not serve.") in out
+    assert "resize_token_embeddings" in out and "--allow added_tokens" in out
+    # tokens the base tokenizer already has, copied by a tokenizer save, are not added ones
+    assert check(made, "added-tokens-copied", engine="sglang") == []
+
+
+def test_vllm_ignores_added_tokens_so_lora_guard_refuses_them(
+        made: dict[str, pathlib.Path]) -> None:
+    # vLLM 0.34.0 reads no added_tokens.json and tokenizes with the base tokenizer: it loads
+    # the adapter without a word, and the new tokens are never served
+    limits = lg.ServingLimits.for_engine("vllm", base_config=made["base"] / "config.json")
+    report = lg.check_adapters(made["added-tokens"], limits)
+    assert report.codes() == ["LG105"]
+    assert "vllm==0.34.0 does not serve" in report.violations[0].message
+    assert check(made, "added-tokens-copied", engine="vllm") == []
+    rule = next(r for r in profile("vllm").rules if "added_tokens.json" in r.text)
+    assert not rule.engine_refuses and "lora_model.py" in rule.source
+
+
+def test_default_refuses_added_tokens_unless_allowed_and_counts_all_without_a_base(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    base = made["base"] / "config.json"
+    assert lg.check_adapters(made["added-tokens"], lg.ServingLimits(
+        base_config=base)).codes() == ["LG105"]
+    assert lg.check_adapters(made["added-tokens"], lg.ServingLimits(
+        base_config=base, allow={"added_tokens"})).ok
+    assert lg.check_adapters(made["added-tokens-copied"], lg.ServingLimits(
+        base_config=base)).ok
+    # without the base's vocab_size every token counts, and the message says how to tell
+    code, out, _ = run(capsys, str(made["added-tokens-copied"]))
+    assert code == 1 and "adds 2 token(s)" in out and "give --base-config" in out
+    code, out, _ = run(capsys, str(made["added-tokens-copied"]), "--allow", "added_tokens")
+    assert code == 0, out
+    assert lg.inspect_adapter(made["added-tokens"]).features["added_tokens"] == {
+        "<sql>": 128, "</sql>": 129}
+
+
+def test_added_tokens_json_is_read_by_the_rules_of_the_config(
+        made: dict[str, pathlib.Path], tmp_path: pathlib.Path) -> None:
+    adapter = tmp_path / "a"
+    shutil.copytree(made["plain"], adapter)
+    (adapter / "added_tokens.json").write_text('{"<sql>": "128"}')
+    report = lg.check_adapters(adapter)
+    assert report.codes() == ["LG108"]
+    assert "added_tokens.json: token '<sql>' has id '128'" in report.violations[0].message
+    (tmp_path / "outside.json").write_text('{"<sql>": 128}')
+    (adapter / "added_tokens.json").unlink()
+    (adapter / "added_tokens.json").symlink_to(tmp_path / "outside.json")
+    report = lg.check_adapters(adapter)
+    assert report.codes() == ["LG108"] and "outside the adapter folder" in report.violations[
+        0].message
 
 
 # --- PEFT ----------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ SILENT: dict[str, dict[str, str]] = {
                              "never applied",
         "zero-size": "a zero-size lora_A loads: that module serves nothing",
         "missing-lora-b": "lora_A without lora_B loads: that module's delta is silently missing",
+        "added-tokens": "vLLM reads no added_tokens.json and tokenizes with the base "
+                        "tokenizer: the adapter's new tokens are never served",
     },
 }
 

@@ -30,6 +30,8 @@ class Case:
     task_type: str | None = None
     edit: Callable[[dict[str, torch.Tensor]], None] | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    """Other files of the folder, name -> text (a tokenizer save's added_tokens.json)."""
 
     def build(self, root: Path) -> Path:
         path = h.peft_adapter(root / self.name, task_type=self.task_type,
@@ -38,6 +40,8 @@ class Case:
             h.edit_weights(path, self.edit)
         if self.config:
             h.edit_config(path, **self.config)
+        for name, text in self.files.items():
+            (path / name).write_text(text, encoding="utf-8")
         return path
 
 
@@ -143,6 +147,10 @@ CASES: list[Case] = [
     Case("loftq", 'init_lora_weights="loftq" (config)', config=dict(init_lora_weights="loftq")),
     Case("trainable-tokens", "trainable_token_indices", dict(trainable_token_indices=[0, 1])),
     Case("seq-cls-score", "SEQ_CLS: score in modules_to_save", task_type="SEQ_CLS"),
+    Case("added-tokens", "added_tokens.json: 2 tokens past the vocab (ids 128, 129)",
+         files={"added_tokens.json": '{"<sql>": 128, "</sql>": 129}'}),
+    Case("added-tokens-copied", "added_tokens.json of the base's own tokens (ids 0, 127)",
+         files={"added_tokens.json": '{"<pad>": 0, "<eot>": 127}'}),
     # --- targets and names -----------------------------------------------------------------
     Case("packed-qkv", "Phi-3 style packed qkv_proj/gate_up_proj (same dims)",
          dict(target_modules=["qkv_proj", "gate_up_proj"]), base=_phi3),

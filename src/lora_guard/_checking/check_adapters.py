@@ -64,6 +64,7 @@ _FEATURE_TEXT = {
     "layer_replication": "layer replication",
     "qalora": "QALoRA",
     "bdlora": "block-diagonal LoRA (BD-LoRA)",
+    "added_tokens": "added tokens",
 }
 
 
@@ -149,7 +150,8 @@ class ServingLimits:
     base model's Hugging Face ``config.json`` (a path, a folder holding it, or a dict).
     ``allow`` names config features the server does implement (``dora``, ``lora_bias``,
     ``bias``, ``modules_to_save``, ``trainable_tokens``, ``peft_type``, ``alora``,
-    ``layer_replication``, ``qalora``, ``bdlora``); any other feature in use is LG105.
+    ``layer_replication``, ``qalora``, ``bdlora``, ``added_tokens``); any other feature in
+    use is LG105.
 
     Example:
         >>> import lora_guard as lg
@@ -988,12 +990,12 @@ def _file_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
     if method is not None:
         found.append(make_violation("LG116", "init", subject, method=method,
                                     value=spec.config.get("init_lora_weights")))
+    vocab = limits.base.vocab_size if limits.base is not None else vocab_size
     if spec.features:
-        _feature_checks(subject, spec, limits, found)
+        _feature_checks(subject, spec, limits, found, vocab)
     # LG118: full base-model weights shipped inside the adapter, which a server drops for
     # its own copy: right when the vocab is the base model's (compared with it when known,
     # LG109 otherwise), unknown without it
-    vocab = limits.base.vocab_size if limits.base is not None else vocab_size
     if spec.extra_keys and vocab is None and module_dims is None:
         _embedding_checks(subject, spec, found)
     # LG121: a scaling of zero (lora_alpha 0): the adapter computes nothing
@@ -1019,13 +1021,16 @@ def _total_bytes(spec: AdapterSpec) -> int:
 
 
 def _feature_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
-                    found: list[Violation]) -> None:
+                    found: list[Violation], vocab: int | None = None) -> None:
     """LG105: features in use that the server does not serve."""
     for name, value in spec.features.items():
         if name == "modules_to_save" and limits.served_heads is not None and _heads_served(
                 spec, limits.served_heads) and not _generative_base(limits):
             continue
         if name in limits.allow:
+            continue
+        if name == "added_tokens":
+            found.extend(_added_tokens(subject, value, limits, vocab))
             continue
         details = {"feature": _FEATURE_TEXT.get(name, name),
                    "value": f"{FEATURES.get(name, name)}={value!r}", "allow_name": name}
@@ -1039,6 +1044,25 @@ def _feature_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
                     f"{spec.tensors[saved[0]].shape}", len(saved))))
         else:
             found.append(make_violation("LG105", "feature", subject, **details))
+
+
+def _added_tokens(subject: str, tokens: Mapping[str, int], limits: ServingLimits,
+                  vocab: int | None) -> list[Violation]:
+    """LG105 for an ``added_tokens.json`` adding tokens: those with an id at or past the base
+    vocab (below it they are the base tokenizer's own, copied by a tokenizer save; sglang
+    filters them the same way); every token when the vocab is unknown."""
+    new = sorted((i, t) for t, i in tokens.items() if vocab is None or i >= vocab)
+    if not new:
+        return []
+    shown = ", ".join(repr(t) for _, t in new[:3]) + (", ..." if len(new) > 3 else "")
+    beyond = (f"at or past the base's vocab_size {vocab}" if vocab is not None else
+              "the base's vocab_size unknown (give --base-config: ids below it are the "
+              "base tokenizer's own and do not count)")
+    return [make_violation(
+        "LG105", "added-tokens", subject, feature=_FEATURE_TEXT["added_tokens"],
+        allow_name="added_tokens", count=len(new), tokens=shown, first=new[0][0],
+        last=new[-1][0], beyond=beyond, server=limits.engine or "the server",
+        value=f"{len(new)} in added_tokens.json")]
 
 
 def _embedding_checks(subject: str, spec: AdapterSpec, found: list[Violation]) -> None:

@@ -186,6 +186,12 @@ _VLLM_RULES = (
          "vllm/lora/peft_helper.py:PEFTHelper._init_is_supported"),
     Rule("LG105", "trainable_token_indices is not read; the adapter's token deltas are not "
          "served", "vllm/lora/peft_helper.py:PEFTHelper.from_dict", engine_refuses=False),
+    Rule("LG105", "added_tokens.json is not read (extra-vocab support was removed): requests "
+         "are tokenized with the base model's tokenizer, so an adapter's added tokens are split "
+         "into base pieces and never produced; the adapter loads without a word",
+         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint; "
+         "vllm/v1/engine/input_processor.py:InputProcessor._validate_lora",
+         engine_refuses=False),
     Rule("LG104", "weight keys (not target_modules) are compared with the served modules; "
          "--lora-target-modules filters by suffix, and a packed module (qkv_proj, gate_up_proj) "
          "matches its parts and the reverse; a module outside the filter is not wrapped and "
@@ -265,8 +271,9 @@ _SGLANG_RULES = (
     Rule("LG101", "r at most --max-lora-rank (default: the largest r of --lora-paths); sglang "
          "checks r only: a larger rank_pattern value loads and overflows the pool's rank",
          "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.can_support", engine_refuses=False),
-    Rule("LG105", "refuses DoRA (and an added_tokens.json adding tokens beyond the base "
-         "vocabulary, which lora_guard does not read yet)",
+    Rule("LG105", "refuses DoRA, and an added_tokens.json with a token id at or past the "
+         "base's vocab_size (ids below it, copied from the base tokenizer, are dropped first)",
+         "sglang/srt/lora/lora_config.py:LoRAConfig.__init__; "
          "sglang/srt/lora/lora_manager.py:LoRAManager.validate_new_adapter"),
     Rule("LG105", "ignores bias, lora_bias, modules_to_save (lm_head too), aLoRA, "
          "layer_replication and QALoRA: such adapters load and serve wrongly",
@@ -299,7 +306,8 @@ _SGLANG_RULES = (
 
 _PEFT_RULES = (
     Rule("LG105", "every LoRA feature PEFT saves it loads back (DoRA, biases, modules_to_save, "
-         "trainable tokens, aLoRA, layer replication)",
+         "trainable tokens, aLoRA, layer replication; added tokens with the embeddings saved "
+         "by save_embedding_layers, once the base is resized to the adapter's tokenizer)",
          "peft/tuners/lora/model.py:LoraModel"),
     Rule("LG106", "no dtype rule: loading copies into the model's own parameters",
          "peft/utils/save_and_load.py:set_peft_model_state_dict"),

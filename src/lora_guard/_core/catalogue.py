@@ -526,7 +526,8 @@ _ENTRIES = (
         triggers=(
             "`use_dora`, `lora_bias`, `bias != \"none\"`, `modules_to_save`, "
             "`trainable_token_indices` or a non-LORA `peft_type` in the config, or their "
-            "weights in the file, without `ServingLimits(allow=...)` naming them.",
+            "weights in the file, or an `added_tokens.json` whose token ids are at or past the "
+            "base's `vocab_size`, without `ServingLimits(allow=...)` naming them.",
         ),
         situations=(
             "A DoRA fine-tune sent to vLLM, which does not serve DoRA.",
@@ -537,7 +538,12 @@ _ENTRIES = (
             "{feature} and allow it there (lora-guard check --allow {allow_name}, or "
             "ServingLimits(allow={{{allow_name!r}}})).",
             "Merge the feature into the base model and serve the merged model.",
+            "The adapter was trained with tokens the base model does not have: merge it into "
+            "the base with the resized embeddings (model.resize_token_embeddings, then "
+            "merge_and_unload) and serve the merged model with the adapter's tokenizer; if "
+            "the engine does serve them, allow it (lora-guard check --allow added_tokens).",
         ),
+        variant_fixes={"added-tokens": 2},
         example=(
             '# lora-guard check says:\n# LG105 unsupported-feature: uses DoRA (use_dora=True),'
             ' which the server does not serve.\n'
@@ -552,6 +558,10 @@ _ENTRIES = (
             "saved": (
                 "{subject}: uses {feature} ({value}): {saved} ({nbytes} bytes, {share}% of the "
                 "weights file), which the server does not serve."
+            ),
+            "added-tokens": (
+                "{subject}: added_tokens.json adds {count} token(s) to the vocabulary ({tokens}; "
+                "ids {first}..{last}, {beyond}), which {server} does not serve."
             ),
             "hotswap-config": (
                 "{subject}: the new adapter's {key} is {new!r} but the loaded adapter's is "

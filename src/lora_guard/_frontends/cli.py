@@ -139,7 +139,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     served.add_argument("--allow", type=_name_list, metavar="F,F",
                         help="features the server implements: dora, lora_bias, bias, "
                         "modules_to_save, trainable_tokens, peft_type, alora, "
-                        "layer_replication, qalora, bdlora")
+                        "layer_replication, qalora, bdlora, added_tokens")
     served.add_argument("--scan-values", action="store_true",
                         help="also read every tensor's values once (bounded memory): lora_B "
                         "all zeros (LG119, the adapter does nothing), NaN or Inf (LG120)")

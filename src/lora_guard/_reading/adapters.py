@@ -63,6 +63,7 @@ __all__ = [
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
+ADDED_TOKENS_NAME = "added_tokens.json"
 _PICKLE_NAMES = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth", "pytorch_model.bin")
 MAX_CONFIG_BYTES = 10_000_000
 _PREFIX = "base_model.model."
@@ -80,9 +81,11 @@ FEATURES: Mapping[str, str] = types.MappingProxyType({
     "layer_replication": "layer_replication",
     "qalora": "use_qalora",
     "bdlora": "use_bdlora",
+    "added_tokens": ADDED_TOKENS_NAME,
 })
 """Config features that change the forward pass, by the name ``ServingLimits(allow=...)``
-takes, with the ``adapter_config.json`` field that turns each on."""
+takes, with the ``adapter_config.json`` field that turns each on (for ``added_tokens``, the
+file of the folder)."""
 
 _LAYER = re.compile(r"\.(?:layers|h|blocks|layer|decoder\.layers)\.(\d+)\.")
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
@@ -246,7 +249,8 @@ class AdapterSpec:
     target_modules: tuple[str, ...]
     """Module types the weights target, sorted (``q_proj``, ``gate_up_proj``, ...)."""
     features: Mapping[str, Any]
-    """Forward-changing features in use (names as in `FEATURES`) -> the config value."""
+    """Forward-changing features in use (names as in `FEATURES`) -> the config value
+    (``added_tokens``: the token -> id map of the folder's ``added_tokens.json``)."""
     dtypes: tuple[str, ...]
     """dtypes of the LoRA tensors, sorted."""
     size: int
@@ -963,7 +967,8 @@ def _rank_and_experts(kind: str, target: str, a_shape: tuple[int, ...] | None,
     return None, None
 
 
-def _features(config: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, Any]:
+def _features(config: Mapping[str, Any], extra: Mapping[str, str],
+              added_tokens: Mapping[str, int] | None = None) -> dict[str, Any]:
     found: dict[str, Any] = {}
     kinds = set(extra.values())
     if config.get("use_dora") or "dora" in kinds:
@@ -982,6 +987,8 @@ def _features(config: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, 
         value = config.get(FEATURES[name])
         if value:
             found[name] = value
+    if added_tokens:
+        found["added_tokens"] = types.MappingProxyType(added_tokens)
     return found
 
 
@@ -1026,17 +1033,48 @@ def read_folder(
     """`load_spec` of a path already known to be a folder (the checker's search found it)."""
     config, config_size = _read_config(folder, config_defaults)
     tensors, metadata, weights_size = _read_weights(folder, require_weights)
+    added = _read_added_tokens(folder)
     if not require_weights and not tensors and not os.path.lexists(folder / WEIGHTS_NAME):
-        return build_spec(folder, config, tensors, metadata, config_size, weights_file=None)
-    return build_spec(folder, config, tensors, metadata, config_size + weights_size)
+        return build_spec(folder, config, tensors, metadata, config_size, weights_file=None,
+                          added_tokens=added)
+    return build_spec(folder, config, tensors, metadata, config_size + weights_size,
+                      added_tokens=added)
+
+
+def _read_added_tokens(folder: pathlib.Path) -> dict[str, int] | None:
+    """``added_tokens.json`` (token -> id, as a tokenizer saves it) when the folder ships one,
+    read by the rules of ``adapter_config.json`` (no symlink out, size cap, strict JSON)."""
+    opened = _open_regular(folder, ADDED_TOKENS_NAME)
+    if opened is None:
+        return None
+    fd, info = opened
+    try:
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise Malformed(ADDED_TOKENS_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
+        raw = _read_fd(fd, info.st_size + 1)  # a buffer of the file's size, not of the cap
+        if len(raw) > info.st_size:
+            raw += _read_fd(fd, MAX_CONFIG_BYTES + 1 - len(raw))
+    except OSError as exc:
+        raise Malformed(ADDED_TOKENS_NAME, f"cannot be read ({_reason(exc)})") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_CONFIG_BYTES:  # it grew since fstat
+        raise Malformed(ADDED_TOKENS_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
+    tokens = parse_json_config(raw, ADDED_TOKENS_NAME)
+    for token, token_id in tokens.items():
+        if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
+            raise Malformed(ADDED_TOKENS_NAME, f"token {_clip(token)!r} has id {token_id!r}, "
+                            "not a non-negative integer")
+    return tokens
 
 
 def build_spec(
     folder: pathlib.Path, config: dict[str, Any], tensors: dict[str, TensorInfo],
-    metadata: dict[str, str], size: int, **remote: Any,
+    metadata: dict[str, str], size: int, *, added_tokens: Mapping[str, int] | None = None,
+    **remote: Any,
 ) -> AdapterSpec:
     """The `AdapterSpec` of a read config and header (local or remote: ``url=``,
-    ``transferred=``)."""
+    ``transferred=``), with the folder's ``added_tokens.json`` map when it ships one."""
     parts = _parts_of(tensors, config)
     return AdapterSpec(
         path=folder,
@@ -1046,7 +1084,7 @@ def build_spec(
         rank=parts.rank or int(config["r"]),
         moe_layout=parts.layout,
         target_modules=parts.targets,
-        features=types.MappingProxyType(_features(config, parts.extra)),
+        features=types.MappingProxyType(_features(config, parts.extra, added_tokens)),
         dtypes=parts.dtypes,
         size=size,
         metadata=types.MappingProxyType(metadata),
