@@ -46,6 +46,17 @@ def _save(root: pathlib.Path, name: str, *, head: str = "causal", dtype: Any = N
     return path
 
 
+def _save_embedding_layers(root: pathlib.Path, name: str) -> pathlib.Path:
+    """LoRA on q/k/v, saved with save_embedding_layers=True: PEFT adds the full embed_tokens
+    and lm_head weights, keyed by the modules themselves (they are no LoRA target)."""
+    torch.manual_seed(0)
+    model = peft.get_peft_model(transformers.LlamaForCausalLM(_config()),
+                                peft.LoraConfig(r=8, target_modules=TARGETS))
+    path = root / name
+    model.save_pretrained(str(path), save_embedding_layers=True)
+    return path
+
+
 def _save_added_tokens(root: pathlib.Path, name: str, tokens: dict[str, int]) -> pathlib.Path:
     """A fine-tune that added tokens: the tokenizer grew, the model's embeddings were resized
     to it, LoRA on q/k/v; the adapter saved with the tokenizer's added_tokens.json."""
@@ -91,6 +102,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
         }
         found["added-tokens"] = _save_added_tokens(root, "added-tokens",
                                                    {"<sql>": 128, "</sql>": 129})
+        found["saved-embeddings"] = _save_embedding_layers(root, "saved-embeddings")
         # a tokenizer save copies the base tokenizer's own added tokens (ids below the vocab)
         found["added-tokens-copied"] = _save_added_tokens(root, "added-tokens-copied",
                                                           {"<|pad|>": 0, "<|eot|>": 127})
@@ -661,3 +673,21 @@ def test_every_way_of_launching_the_server_gives_engine_adapters_and_base(
     assert report["limits"]["base_config"] == str(model / "config.json")
     assert [a["id"] for a in report["adapters"]] == [str(made["r32"])]
     assert report["summary"]["by_code"] == {"LG101": 1}  # rank 32 above max rank 16
+
+
+def test_saved_embedding_layers_are_refused_by_vllm_only(
+        made: dict[str, pathlib.Path]) -> None:
+    """vLLM skips saved embeddings only as <module>.base_layer.weight and fails the load on
+    <module>.weight; sglang drops them (embeddings not among target_modules), PEFT loads
+    them; on the base's own vocabulary they serve the same."""
+    assert check(made, "saved-embeddings", engine="vllm") == ["LG104", "LG104"]
+    report = lg.check_adapters(made["saved-embeddings"], lg.ServingLimits.for_engine("vllm"))
+    refused = next(v for v in report.violations if v.code == "LG104")
+    assert "save_embedding_layers" in refused.message and "base_layer.weight" in refused.message
+    assert "save_embedding_layers=False" in refused.hint
+    assert check(made, "saved-embeddings", engine="sglang") == []
+    assert check(made, "saved-embeddings", engine="peft") == []
+    base = made["base"] / "config.json"
+    assert lg.check_adapters(made["saved-embeddings"], lg.ServingLimits(base_config=base)).ok
+    # without a base config the full weights are named with their cost (LG118), not LG104
+    assert lg.check_adapters(made["saved-embeddings"]).codes() == ["LG118", "LG118"]

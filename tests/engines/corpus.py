@@ -87,6 +87,13 @@ def _full_weight(t: dict[str, torch.Tensor]) -> None:
     t[f"{PREFIX}.0.self_attn.q_proj.weight"] = torch.randn(64, 64)
 
 
+def _saved_embedding_layers(t: dict[str, torch.Tensor]) -> None:
+    # what save_pretrained(path, save_embedding_layers=True) adds when the embeddings are no
+    # LoRA target: the full weights, keyed by the module itself (not .base_layer)
+    t["base_model.model.model.embed_tokens.weight"] = torch.randn(h.VOCAB, 64)
+    t["base_model.model.lm_head.weight"] = torch.randn(h.VOCAB, 64)
+
+
 def _low_rank_tensors(t: dict[str, torch.Tensor]) -> None:
     for key in list(t):  # the config says r=8; the tensors are rank 4
         t[key] = t[key][:4].clone() if "lora_A" in key else t[key][:, :4].clone()
@@ -159,6 +166,8 @@ CASES: list[Case] = [
     Case("layer-beyond-base", "layer 7 on a 2-layer base", edit=_layer_beyond_base),
     Case("full-weight-key", "a full weight outside LoRA key grammar", edit=_full_weight),
     Case("embedding", "LoRA on embed_tokens", dict(target_modules=["embed_tokens", "q_proj"])),
+    Case("saved-embedding-layers", "save_embedding_layers: full embed_tokens/lm_head weights",
+         edit=_saved_embedding_layers),
     Case("lm-head", "LoRA on lm_head", dict(target_modules=["lm_head", "q_proj"])),
     # --- another base, broken tensors ------------------------------------------------------
     Case("other-base-hidden", "trained on a base of hidden size 128", base=_bigger_base),

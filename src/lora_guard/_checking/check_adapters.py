@@ -45,7 +45,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
                 "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
-                "target-modules-list")
+                "target-modules-list", "plain-embeddings-refused")
 _RERUN_INITS = ("pissa", "olora")  # deterministic: PEFT's loading rewrites the base again
 """Version of `Report.to_dict`'s JSON schema; bumped only on an incompatible change."""
 
@@ -861,6 +861,19 @@ def _engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
         found.extend(_packed_ranks(subject, modules, engine))
     if "one-scaling" in rules:
         found.extend(_one_scaling(subject, spec.config, modules, engine))
+    if "plain-embeddings-refused" in rules:
+        found.extend(_plain_embeddings(subject, spec, engine))
+
+
+def _plain_embeddings(subject: str, spec: AdapterSpec, engine: str) -> list[Violation]:
+    """LG104: full embedding weights saved as ``<module>.weight`` (``save_embedding_layers`` of
+    an embedding that is no LoRA target), which an engine that reads saved embeddings only as
+    ``<module>.base_layer.weight`` refuses (vLLM)."""
+    return [make_violation(
+        "LG104", "saved-embedding", subject, key=key, engine=engine,
+        module=key.removesuffix(".weight").rsplit(".", 1)[-1])
+        for key, what in spec.extra_keys.items()
+        if what == "embedding-base" and not key.endswith(".base_layer.weight")][:_MAX_PER_KIND]
 
 
 def _packed_ranks(subject: str, modules: list[LoRAModuleSpec], engine: str) -> list[Violation]:

@@ -159,7 +159,8 @@ def _vllm_build(options: Mapping[str, Any]) -> dict[str, Any]:
         "max_rank": options["max_lora_rank"],
         "target_modules": options.get("lora_target_modules"),
         "served_heads": _VLLM_HEADS,
-        "engine_rules": ("packed-slices", "cast", "packed-names-native")
+        "engine_rules": ("packed-slices", "cast", "packed-names-native",
+                         "plain-embeddings-refused")
         + (() if options.get("runner") == "pooling" or options.get("convert") in (
             "embed", "classify") else ("heads-need-pooling",)),
     }
@@ -180,6 +181,12 @@ _VLLM_RULES = (
     Rule("LG109", "weights named by a packed module (qkv_proj, gate_up_proj) load only on a "
          "model that has that module (Phi-3); on Llama the load fails: expected target "
          "modules q_proj, k_proj, v_proj, ...",
+         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint"),
+    Rule("LG104", "full embedding weights saved by save_embedding_layers are skipped only "
+         "as <module>.base_layer.weight (embed_tokens, lm_head targeted by LoRA); saved as "
+         "<module>.weight (the embedding was no LoRA target) the key is refused as an "
+         "unsupported LoRA weight and the load fails",
+         "vllm/lora/utils.py:is_base_embedding_weights, parse_fine_tuned_lora_name; "
          "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint"),
     Rule("LG116", "refuses PiSSA, OLoRA, CorDA and LoftQ initialisations that were not "
          "converted to plain LoRA (they rewrote the base weights in training)",

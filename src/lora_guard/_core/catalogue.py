@@ -498,6 +498,9 @@ _ENTRIES = (
             "Serve the module (add it to the server's LoRA target modules) or retrain the adapter "
             "on modules the server serves.",
             "Rename the keys to the base model's module names if the adapter was converted.",
+            "Save the adapter without the full embedding weights "
+            "(save_pretrained(path, save_embedding_layers=False)) when the vocabulary was not "
+            "resized; if it was, merge the adapter into the resized base model and serve that.",
         ),
         example=(
             "# before: adapter targets o_proj, server serves q_proj,v_proj\n"
@@ -509,10 +512,16 @@ _ENTRIES = (
         messages={
             "module": "{subject}: module {module} ({target}) is not served; served: {served}.",
             "grammar": "{subject}: tensor key {key!r} is not LoRA key grammar.",
+            "saved-embedding": (
+                "{subject}: tensor key {key!r} is a full {module} weight saved with "
+                "save_embedding_layers; {engine} reads saved embeddings only as "
+                "'<module>.base_layer.weight' and refuses this key as an unsupported LoRA "
+                "weight."
+            ),
         },
         raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
                    "integrations.sglang"),
-        variant_fixes={"grammar": 1},
+        variant_fixes={"grammar": 1, "saved-embedding": 2},
     ),
     _entry(
         code="LG105",

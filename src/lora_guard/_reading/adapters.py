@@ -807,6 +807,9 @@ def _classify_other(key: str, config: Mapping[str, Any]) -> str | None:
         module = name[: -len(".base_layer.weight")]
         if _leaf(module) in _EMBEDDING_NAMES:
             return "embedding-base"
+    if name.endswith(".weight") and _leaf(name[: -len(".weight")]) in _EMBEDDING_NAMES and not (
+            saved and _matches_saved(name[: -len(".weight")], saved)):
+        return "embedding-base"  # save_embedding_layers of an embedding that is no LoRA target
     for suffix in (".weight", ".bias"):
         if name.endswith(suffix):
             module = name[: -len(suffix)]
