@@ -380,17 +380,7 @@ def test_numbers_thousands_of_digits_long_are_shortened_in_messages() -> None:
     assert "an integer of about 5,000 digits" in past_the_limit.message
 
 
-# Codes whose catalogue example shows a fix or a call but not yet what the user sees (the
-# remote, registry and rank-divergence codes): each xfail turns into a pass (strict) when
-# its output is added to the catalogue.
-_EXAMPLE_WITHOUT_OUTPUT = {"LG140", "LG201", "LG301"}
-
-
-@pytest.mark.parametrize("code", [
-    pytest.param(code, marks=pytest.mark.xfail(
-        strict=True, reason="the catalogue example does not show the output yet"))
-    if code in _EXAMPLE_WITHOUT_OUTPUT else code
-    for code in lg.INVARIANTS])
+@pytest.mark.parametrize("code", list(lg.INVARIANTS))
 def test_the_docs_page_of_each_code_shows_a_real_example_of_its_output(code: str) -> None:
     """The reference page of a code (`lora-guard explain CODE`) shows what the user sees:
     an example that prints a line carrying the code."""

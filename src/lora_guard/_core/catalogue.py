@@ -1175,6 +1175,9 @@ _ENTRIES = (
             "LORA_GUARD_REMOTE_WORKERS if the store throttles.",
         ),
         example=(
+            '# lora-guard check says:\n'
+            "# LG140 remote-adapter-unreadable: adapter 's3://my-bucket/loras/math':\n"
+            '# adapter_config.json: access denied (HTTP 403).\n'
             "lora-guard check s3://my-bucket/loras/ hf://my-org/math-lora@v2\n"
             "AWS_PROFILE=reader lora-guard check s3://my-bucket/loras/   # the credentials "
             "that may read it\n"
@@ -1213,6 +1216,9 @@ _ENTRIES = (
             "Bound a batch's adapters by the slot count before scheduling it.",
         ),
         example=(
+            '# lg.assert_slot_maps_consistent raises:\n'
+            "# LG201 registry-inconsistent: slot map: adapter 'sql' maps to slot 1, but slot 1\n"
+            "# holds 'code'.\n"
             "# before\n"
             "uid_to_slot[uid] = slot            # slot_to_uid not updated\n"
             "# after\n"
@@ -1291,6 +1297,9 @@ _ENTRIES = (
             "timeout=... only for ranks that are slow but healthy.",
         ),
         example=(
+            '# lg.assert_rank_consistent raises, on every rank:\n'
+            '# LG301 rank-divergence: slot map: ranks [1] differ from rank 0 at\n'
+            "# state['uid_to_slot']['chat']: rank 1 has 0, rank 0 has 2.\n"
             "# before\n"
             "for slot, uid in enumerate(set(batch_uids)): ...\n"
             "# after\n"
