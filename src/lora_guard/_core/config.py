@@ -103,7 +103,7 @@ class Recording(Sequence[Violation]):
         >>> import lora_guard as lg
         >>> lg.configure(mode="record")
         >>> with lg.recording() as rec:
-        ...     lg.check_slot_maps({"a": 0}, ["b"])
+        ...     lg.assert_slot_maps_consistent({"a": 0}, ["b"])
         >>> len(rec), rec[0].code, [v.code for v in rec]
         (2, 'LG201', ['LG201', 'LG201'])
         >>> rec.pop("LG201").subject
@@ -202,7 +202,7 @@ def recording() -> Iterator[Recording]:
         >>> import lora_guard as lg
         >>> lg.configure(mode="record")
         >>> with lg.recording() as rec:
-        ...     lg.check_slot_maps({"a": 0}, {0: "b"})
+        ...     lg.assert_slot_maps_consistent({"a": 0}, {0: "b"})
         >>> rec.codes   # 'a' -> 0 but 0 holds 'b'; and 'b' sits in 0 but maps nowhere
         ['LG201', 'LG201']
         >>> lg.configure(mode="raise")

@@ -101,7 +101,7 @@ class LoRAGuardError(Exception):
     Example:
         >>> import lora_guard as lg
         >>> try:
-        ...     lg.check_slot_maps({"a": 0}, {0: "b"})
+        ...     lg.assert_slot_maps_consistent({"a": 0}, {0: "b"})
         ... except lg.LoRAGuardError as e:
         ...     print(e.code, e.invariant)
         LG201 registry-inconsistent
@@ -223,7 +223,7 @@ class RegistryError(LoRAGuardError, RuntimeError):
     Example:
         >>> import lora_guard as lg
         >>> try:
-        ...     lg.check_slot_maps({"math": 0}, ["chat", None])
+        ...     lg.assert_slot_maps_consistent({"math": 0}, ["chat", None])
         ... except RuntimeError as e:
         ...     print(type(e).__name__, e.code, len(e.violations))
         RegistryError LG201 2
