@@ -1320,7 +1320,7 @@ def _read(adapter_id: str, subject: str, target: _Target) -> AdapterSpec | Viola
         return target
     try:
         if isinstance(target, str):  # found by the search: a folder, not stat'ed again
-            return read_folder(pathlib.Path(target))
+            return read_folder(_folder(target))
         return load_spec(cast(pathlib.Path, target))
     except Malformed as exc:
         return malformed_violation(subject, exc)
@@ -1331,6 +1331,23 @@ def _read(adapter_id: str, subject: str, target: _Target) -> AdapterSpec | Viola
         if _debugging():
             raise
         return _internal_error(subject, exc)
+
+
+_PARENTS: dict[str, pathlib.Path] = {}
+
+
+def _folder(found: str) -> pathlib.Path:
+    """The path of a folder the search found, built on its parent's (the adapters of one
+    folder share the parts of its path: 100,000 paths hold their own names only)."""
+    head, name = os.path.split(found)
+    if not head or not name:
+        return pathlib.Path(found)
+    parent = _PARENTS.get(head)
+    if parent is None:
+        if len(_PARENTS) >= 64:
+            _PARENTS.clear()
+        parent = _PARENTS[head] = pathlib.Path(head)
+    return parent / name
 
 
 def _verdict(adapter_id: str, subject: str, spec: AdapterSpec, limits: ServingLimits,
