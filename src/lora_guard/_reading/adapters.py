@@ -474,12 +474,13 @@ def _read_fd(fd: int, limit: int) -> bytes:
     chunks: list[bytes] = []
     left = limit
     while left > 0:
-        chunk = os.read(fd, min(left, 1 << 22))
-        if not chunk:
-            break
+        want = min(left, 1 << 22)
+        chunk = os.read(fd, want)
         chunks.append(chunk)
         left -= len(chunk)
-    return b"".join(chunks)
+        if len(chunk) < want:  # a regular file reads short only at its end
+            break
+    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
 
 
 def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
@@ -528,8 +529,8 @@ def parse_json_config(raw: bytes, file: str) -> dict[str, Any]:
     """A JSON object from ``raw`` (a config file's bytes), bounded and strict: no duplicate
     keys, no NaN, at most `MAX_CONFIG_VALUES` values, every failure a `Malformed`."""
     colons = raw.count(b":")
-    values = json_value_bound(raw, colons)
-    if values > MAX_CONFIG_VALUES:
+    values = json_value_bound(raw, colons) if len(raw) >= MAX_CONFIG_VALUES else 0
+    if values > MAX_CONFIG_VALUES:  # (a shorter text holds fewer values than bytes)
         raise Malformed(file, f"holds up to {values:,} JSON values, more than the "
                         f"{MAX_CONFIG_VALUES:,} a config may (memory bound)")
     try:
