@@ -23,6 +23,7 @@ from lora_guard._reading.adapters import (
     Malformed,
     init_method,
     is_adapter_dir,
+    join_name,
     load_spec,
     malformed_violation,
     parameter_key,
@@ -507,7 +508,7 @@ def _search(root: str, real_root: str, shown: str) -> list[_Found]:
                 shown, f"search stopped after {MAX_SEARCH_ENTRIES:,} folder entries; name the "
                 "adapter folders instead", kind="not-found"), shown))
             break
-        below = [(_child(here, entry), os.path.join(real, entry.name), depth + 1)
+        below = [(_child(here, entry), join_name(real, entry.name), depth + 1)
                  for entry in children if _visit(entry, here, real, depth, shown, found)]
         stack.extend(reversed(below))
     return found
@@ -547,7 +548,7 @@ def _visit(entry: os.DirEntry[str], here: str, real: str, depth: int, shown: str
     except OSError:
         return False
     if is_adapter_dir(child):
-        found.append((child, child, os.path.join(real, entry.name)))
+        found.append((child, child, join_name(real, entry.name)))
         return False
     if depth + 1 >= MAX_SEARCH_DEPTH:
         found.append((child, Malformed(

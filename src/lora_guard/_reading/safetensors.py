@@ -177,9 +177,10 @@ def key_count(value: object) -> int:
         item = stack.pop()
         if type(item) is dict:
             count += len(item)
-            stack.extend(v for v in item.values() if type(v) is dict or type(v) is list)
-        elif type(item) is list:
-            stack.extend(v for v in item if type(v) is dict or type(v) is list)
+            item = item.values()
+        elif type(item) is not list:
+            continue
+        stack += [v for v in item if type(v) is dict or type(v) is list]
     return count
 
 
