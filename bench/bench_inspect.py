@@ -4,9 +4,11 @@
 
 1. ``inspect_adapter`` over N small PEFT-format adapters (r=8 on q/v of a 2-layer model), and
    ``check_adapters`` of the folder, vs ``safetensors.safe_open`` + ``get_slice`` per key.
-2. ``inspect_adapter`` of one ~100 MB adapter vs ``safetensors.torch.load_file`` of it (the
-   file was just written, so it is in the page cache: the best case for load_file), and vs a
-   full load (``load_file`` and every tensor touched, as a server copying it into its pool).
+2. ``inspect_adapter`` of one ~100 MB adapter vs ``safetensors.torch.load_file`` of it, and
+   vs a full load (``load_file`` and every tensor copied, as a server copying it into its
+   pool), in the same page-cache state for all three: warm (the files in the page cache) and
+   cold (evicted with ``posix_fadvise(DONTNEED)`` before every call), the calls interleaved,
+   best and median of each, and the full load's ratio best vs best and median vs median.
    Every ``inspect_adapter`` here is a first read: the readers' memory of headers and configs
    seen before (which makes a repeated read of the same bytes nearly free) is emptied first.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -93,40 +96,73 @@ def write_big(root: pathlib.Path, big_mb: int) -> tuple[pathlib.Path, int]:
     return big, layers
 
 
+def evict(files: list[pathlib.Path]) -> None:
+    """Drop the files from the page cache (POSIX_FADV_DONTNEED): the next read is cold."""
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def timed_runs(fns: dict[str, Callable[[], object]], repeat: int,
+               before: Callable[[], None]) -> dict[str, list[float]]:
+    """Seconds of each function per run, the functions interleaved run after run, with
+    ``before`` (evict, or nothing) before every single call: each sees the same page-cache
+    state."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            before()
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def print_state(state: str, times: dict[str, list[float]]) -> None:
+    print(f"  {state}:")
+    for name, runs in times.items():
+        print(f"    {name:30s} best {min(runs) * 1e3:8.2f} ms  "
+              f"median {statistics.median(runs) * 1e3:8.2f} ms")
+    inspect, full = times["lg.inspect_adapter"], times["load_file + copy every tensor"]
+    print(f"    a full load over inspect_adapter: {min(full) / min(inspect):.0f}x best vs best, "
+          f"{statistics.median(full) / statistics.median(inspect):.0f}x median vs median")
+
+
 def bench_big(root: pathlib.Path, big_mb: int, repeat: int) -> None:
-    """Part 2: a first inspect of one big adapter, vs load_file and vs a full load."""
+    """Part 2: a first inspect of one big adapter, vs load_file and vs a full load, with the
+    files in the page cache (warm) and evicted from it before each call (cold)."""
     from safetensors.torch import load_file
 
     big, layers = write_big(root, big_mb)
     weights = big / "adapter_model.safetensors"
     size = weights.stat().st_size
-    load_file(str(weights))  # warm
-    lg.inspect_adapter(big)
 
     def inspect_first() -> None:
         forget_remembered()
         lg.inspect_adapter(big)
 
-    best_i, median_i = best_and_median(inspect_first, repeat)
-    best_l, median_l = best_and_median(lambda: load_file(str(weights)), repeat)
-
     def load_and_read() -> None:  # what a server does next: copy the data into its pool
         for tensor in load_file(str(weights)).values():
             tensor.clone()
 
-    best_r, median_r = best_and_median(load_and_read, repeat)
+    fns: dict[str, Callable[[], object]] = {
+        "lg.inspect_adapter": inspect_first,
+        "safetensors.torch.load_file": lambda: load_file(str(weights)),
+        "load_file + copy every tensor": load_and_read,
+    }
+    for fn in fns.values():  # warm-up: imports, the file in the page cache
+        fn()
     spec = lg.inspect_adapter(big)
     print(f"\none adapter of {size / 1e6:.1f} MB ({len(spec.tensors)} tensors, "
-          f"{layers} layers, rank 64)")
-    print(f"  {'lg.inspect_adapter':30s} best {best_i * 1e3:8.2f} ms  "
-          f"median {median_i * 1e3:8.2f} ms")
-    print(f"  {'safetensors.torch.load_file':30s} best {best_l * 1e3:8.2f} ms  "
-          f"median {median_l * 1e3:8.2f} ms")
-    print(f"  {'load_file + copy every tensor':30s} best {best_r * 1e3:8.2f} ms  "
-          f"median {median_r * 1e3:8.2f} ms")
-    print(f"  inspect is {median_l / median_i:.1f}x faster than load_file and "
-          f"{median_r / median_i:.0f}x faster than a full load, load_file + copy (medians;"
-          f" best {best_r / best_i:.0f}x)")
+          f"{layers} layers, rank 64); {repeat} runs of each, interleaved")
+    print_state("warm (both in the page cache)", timed_runs(fns, repeat, lambda: None))
+    files = [weights, big / "adapter_config.json"]
+    print_state("cold (both evicted from the page cache before each call)",
+                timed_runs(fns, repeat, lambda: evict(files)))
 
 
 def main() -> None:

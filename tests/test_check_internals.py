@@ -127,18 +127,19 @@ class _Counter:
         return call
 
 
-def test_a_folder_of_adapters_costs_five_file_system_calls_per_adapter(
+def test_a_folder_of_adapters_costs_six_file_system_calls_per_adapter(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An operation count, not a timing: one lookup to find each adapter, one open and one
-    fstat per file; no realpath or stat per adapter."""
+    fstat per file, one open that finds no added_tokens.json; no realpath or stat per
+    adapter."""
     for i in range(40):
         write_adapter(tmp_path / "set" / f"a{i:02d}")
     counter = _Counter(monkeypatch)
     report = lg.check_adapters(tmp_path / "set")
     assert report.ok and len(report.ids) == 40
     per_adapter = sum(counter.calls.values()) / 40
-    assert per_adapter <= 5.5, counter.calls
+    assert per_adapter <= 6.5, counter.calls
 
 
 def test_serving_limits_take_tuples_lists_and_sets_and_keep_frozensets() -> None:

@@ -23,6 +23,7 @@ from lora_guard._reading.adapters import (
     Malformed,
     init_method,
     is_adapter_dir,
+    join_name,
     load_spec,
     malformed_violation,
     parameter_key,
@@ -509,7 +510,7 @@ def _search(root: str, real_root: str, shown: str) -> list[_Found]:
                 shown, f"search stopped after {MAX_SEARCH_ENTRIES:,} folder entries; name the "
                 "adapter folders instead", kind="not-found"), shown))
             break
-        below = [(_child(here, entry), os.path.join(real, entry.name), depth + 1)
+        below = [(_child(here, entry), join_name(real, entry.name), depth + 1)
                  for entry in children if _visit(entry, here, real, depth, shown, found)]
         stack.extend(reversed(below))
     return found
@@ -549,7 +550,7 @@ def _visit(entry: os.DirEntry[str], here: str, real: str, depth: int, shown: str
     except OSError:
         return False
     if is_adapter_dir(child):
-        found.append((child, child, os.path.join(real, entry.name)))
+        found.append((child, child, join_name(real, entry.name)))
         return False
     if depth + 1 >= MAX_SEARCH_DEPTH:
         found.append((child, Malformed(
@@ -1358,7 +1359,7 @@ def _read(adapter_id: str, subject: str, target: _Target) -> AdapterSpec | Viola
         return target
     try:
         if isinstance(target, str):  # found by the search: a folder, not stat'ed again
-            return read_folder(pathlib.Path(target))
+            return read_folder(_folder(target))
         return load_spec(cast(pathlib.Path, target))
     except Malformed as exc:
         return malformed_violation(subject, exc)
@@ -1369,6 +1370,23 @@ def _read(adapter_id: str, subject: str, target: _Target) -> AdapterSpec | Viola
         if _debugging():
             raise
         return _internal_error(subject, exc)
+
+
+_PARENTS: dict[str, pathlib.Path] = {}
+
+
+def _folder(found: str) -> pathlib.Path:
+    """The path of a folder the search found, built on its parent's (the adapters of one
+    folder share the parts of its path: 100,000 paths hold their own names only)."""
+    head, name = os.path.split(found)
+    if not head or not name:
+        return pathlib.Path(found)
+    parent = _PARENTS.get(head)
+    if parent is None:
+        if len(_PARENTS) >= 64:
+            _PARENTS.clear()
+        parent = _PARENTS[head] = pathlib.Path(head)
+    return parent / name
 
 
 def _verdict(adapter_id: str, subject: str, spec: AdapterSpec, limits: ServingLimits,

@@ -177,9 +177,10 @@ def key_count(value: object) -> int:
         item = stack.pop()
         if type(item) is dict:
             count += len(item)
-            stack.extend(v for v in item.values() if type(v) is dict or type(v) is list)
-        elif type(item) is list:
-            stack.extend(v for v in item if type(v) is dict or type(v) is list)
+            item = item.values()
+        elif type(item) is not list:
+            continue
+        stack += [v for v in item if type(v) is dict or type(v) is list]
     return count
 
 
@@ -233,8 +234,8 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
     if not raw.lstrip(_WHITESPACE).startswith(b"{"):  # JSON whitespace, as safetensors reads
         raise HeaderError("header does not start with a JSON object '{'")
     colons = raw.count(b":")
-    values = json_value_bound(raw, colons)
-    if values > MAX_HEADER_VALUES:
+    values = json_value_bound(raw, colons) if len(raw) >= MAX_HEADER_VALUES else 0
+    if values > MAX_HEADER_VALUES:  # (a shorter text holds fewer values than bytes)
         raise HeaderError(
             f"header holds up to {values:,} JSON values, more than the {MAX_HEADER_VALUES:,} "
             "a reader allows (memory bound)")
@@ -266,7 +267,10 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
 
 def _no_duplicate_keys(parsed: dict[str, Any], text: str, colons: int) -> None:
     """Refuse a header that names a key twice (see `strict_json`: keys counted, not hooked)."""
-    keys = len(parsed) + sum(len(e) for e in parsed.values() if type(e) is dict)
+    try:  # every entry an object (else it is refused below): counted in C
+        keys = len(parsed) + sum(map(len, parsed.values()))
+    except TypeError:  # "__metadata__": null, or an entry that is not an object
+        keys = len(parsed) + sum(len(e) for e in parsed.values() if type(e) is dict)
     if keys != colons:
         try:
             _EXACT_DECODER.decode(text)
