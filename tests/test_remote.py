@@ -204,6 +204,24 @@ def test_an_oversized_config_on_s3_is_refused_by_its_listed_size_unread(
     assert not s3.log.for_path("padded/adapter_config.json")  # listed, never read
 
 
+def test_added_tokens_json_on_s3_is_read_as_locally(s3: S3Server, tmp_path: pathlib.Path,
+                                                  ) -> None:
+    adapter = write_adapter(tmp_path / "sql")
+    (adapter / "added_tokens.json").write_text('{"<sql>": 128, "</sql>": 129}')
+    s3.upload("bkt", "tokens/sql", adapter)
+    spec = lg.inspect_adapter("s3://bkt/tokens/sql")
+    assert spec.features["added_tokens"] == {"<sql>": 128, "</sql>": 129}
+    base = {"model_type": "llama", "vocab_size": 128, "hidden_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "intermediate_size": 128}
+    report = lg.check_adapters("s3://bkt/tokens/sql", lg.ServingLimits.for_engine(
+        "sglang", base_config=base))
+    assert report.codes() == ["LG105"]
+    assert "added_tokens.json adds 2" in report.violations[0].message
+    assert lg.check_adapters("s3://bkt/tokens/sql", lg.ServingLimits.for_engine(
+        "peft", base_config=base)).ok
+
+
 def test_s3_from_the_cli_prints_the_bytes_transferred_per_adapter(
         s3: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "s3://bkt/loras/", "s3://bkt/big/huge", "--format", "json"]) == 0

@@ -36,6 +36,7 @@ from lora_guard._reading.safetensors import (
 )
 
 __all__ = [
+    "ADDED_TOKENS_NAME",
     "CONFIG_NAME",
     "FEATURES",
     "INIT_METHODS",
@@ -46,6 +47,7 @@ __all__ = [
     "Malformed",
     "NotLoRA",
     "TensorInfo",
+    "added_tokens_of",
     "inspect_adapter",
     "is_adapter_dir",
     "join_name",
@@ -1150,7 +1152,12 @@ def _read_added_tokens(folder: pathlib.Path) -> dict[str, int] | None:
         raise Malformed(ADDED_TOKENS_NAME, f"cannot be read ({_reason(exc)})") from None
     finally:
         os.close(fd)
-    if len(raw) > MAX_CONFIG_BYTES:  # it grew since fstat
+    return added_tokens_of(raw)
+
+
+def added_tokens_of(raw: bytes) -> dict[str, int]:
+    """The token -> id map of ``added_tokens.json``'s bytes (local or remote), checked."""
+    if len(raw) > MAX_CONFIG_BYTES:  # it grew since fstat, or a store sent more
         raise Malformed(ADDED_TOKENS_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
     tokens = parse_json_config(raw, ADDED_TOKENS_NAME)
     for token, token_id in tokens.items():

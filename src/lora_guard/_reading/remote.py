@@ -49,11 +49,13 @@ from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
 from lora_guard._core.config import refuse
 from lora_guard._reading.adapters import (
     _PICKLE_NAMES,
+    ADDED_TOKENS_NAME,
     CONFIG_NAME,
     MAX_CONFIG_BYTES,
     WEIGHTS_NAME,
     AdapterSpec,
     Malformed,
+    added_tokens_of,
     build_spec,
     checked_config,
     malformed_violation,
@@ -600,6 +602,19 @@ def _read_header(read: _Reader, first: bytes, size: int
         raise Malformed(WEIGHTS_NAME, exc.problem) from None
 
 
+def _read_added_tokens(read: _Reader, files: Mapping[str, int | None], listed: bool
+                       ) -> dict[str, int] | None:
+    """``added_tokens.json`` when the listing shows one, as locally; a store that lists no
+    files (plain HTTP) is not asked for it, which would cost a request per adapter."""
+    if not listed or ADDED_TOKENS_NAME not in files:
+        return None
+    size = files[ADDED_TOKENS_NAME]
+    if size is not None and size > MAX_CONFIG_BYTES:
+        raise Malformed(ADDED_TOKENS_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
+    raw, _ = read(ADDED_TOKENS_NAME, 0, MAX_CONFIG_BYTES + 1)
+    return added_tokens_of(raw)
+
+
 def _read_adapter(store: _Store, adapter_id: str, folder: str,
                   files: dict[str, int | None]) -> AdapterSpec:
     listed = any(size is not None for size in files.values())
@@ -615,8 +630,10 @@ def _read_adapter(store: _Store, adapter_id: str, folder: str,
     config = checked_config(parse_config(raw))
     first, size = _weights_size(read, files, listed)
     tensors, metadata = _read_header(read, first, size)
+    added = _read_added_tokens(read, files, listed)
     return build_spec(pathlib.Path(adapter_id), config, tensors, metadata,
-                      len(raw) + size, url=adapter_id, transferred=transferred)
+                      len(raw) + size, added_tokens=added, url=adapter_id,
+                      transferred=transferred)
 
 
 def _read_safely(store: _Store, adapter_id: str, folder: str,
