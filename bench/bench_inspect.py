@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+
+from _page_cache import evict  # bench/ is the script's folder, first on sys.path
 
 import lora_guard as lg
 from lora_guard._reading.adapters import forget_remembered
@@ -94,17 +95,6 @@ def write_big(root: pathlib.Path, big_mb: int) -> tuple[pathlib.Path, int]:
                                  "up_proj", "down_proj"))
     fill(big / "adapter_model.safetensors")
     return big, layers
-
-
-def evict(files: list[pathlib.Path]) -> None:
-    """Drop the files from the page cache (POSIX_FADV_DONTNEED): the next read is cold."""
-    for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def timed_runs(fns: dict[str, Callable[[], object]], repeat: int,

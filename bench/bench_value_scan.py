@@ -31,6 +31,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from _page_cache import evict  # bench/ is the script's folder, first on sys.path
+
 import lora_guard as lg
 from lora_guard._checking import values
 from lora_guard._checking.values import CHUNK
@@ -92,17 +94,6 @@ def read_once(files: list[pathlib.Path], repeat: int,
     """The faster of the two plain reads, (best, median)."""
     return min(timed(lambda: read_new(files), repeat, before),
                timed(lambda: read_into(files), repeat, before))
-
-
-def evict(files: list[pathlib.Path]) -> None:
-    """Drop the files from the page cache (POSIX_FADV_DONTNEED): the next read is cold."""
-    for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def main() -> None:

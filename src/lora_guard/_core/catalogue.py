@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import string
 import types
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["INVARIANTS", "Invariant", "register", "unregister"]
@@ -1358,6 +1358,7 @@ _ENTRIES = (
 )
 
 _REGISTRY: dict[str, Invariant] = {}
+_ORDER: tuple[str, ...] = ()  # the codes in code order, replaced whole on each change
 _BUILT_IN: frozenset[str] = frozenset(e.code for e in _ENTRIES)
 _CODE = re.compile(r"LG\d{3}")
 _SLUG = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
@@ -1375,9 +1376,9 @@ def register(invariant: Invariant) -> Invariant:
     problem = _problem(invariant)
     if problem:
         raise ValueError(f"cannot register invariant {invariant.code!r}: {problem}")
-    ordered = sorted([*_REGISTRY.values(), invariant], key=lambda inv: inv.code)
-    _REGISTRY.clear()
-    _REGISTRY.update((inv.code, inv) for inv in ordered)
+    global _ORDER
+    _REGISTRY[invariant.code] = invariant  # no entry is ever missing, even for an instant
+    _ORDER = tuple(sorted(_REGISTRY))
     return invariant
 
 
@@ -1399,16 +1400,41 @@ def _problem(invariant: Invariant) -> str | None:
 def unregister(code: str) -> None:
     """Remove an invariant added with `register` (a test's made-up one); the built-in
     entries stay. Unknown codes are ignored."""
+    global _ORDER
     if code in _BUILT_IN:
         raise ValueError(f"{code} is a built-in invariant of lora_guard; it cannot be removed")
+    _ORDER = tuple(c for c in _ORDER if c != code)
     _REGISTRY.pop(code, None)
+
+
+class _Catalogue(Mapping[str, Invariant]):
+    """The registry as users read it: read-only, in code order. Registering a code (an
+    ``adapter_invariant`` of a plugin, at its import) adds it in place, so a thread reading
+    the catalogue meanwhile never finds an entry missing."""
+
+    __slots__ = ()
+
+    def __getitem__(self, code: str) -> Invariant:
+        return _REGISTRY[code]
+
+    def __contains__(self, code: object) -> bool:
+        return code in _REGISTRY
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_ORDER)
+
+    def __len__(self) -> int:
+        return len(_ORDER)
+
+    def __repr__(self) -> str:
+        return f"<lora_guard.INVARIANTS: {', '.join(_ORDER)}>"
 
 
 for _inv in _ENTRIES:
     register(_inv)
 del _inv
 
-INVARIANTS: Mapping[str, Invariant] = types.MappingProxyType(_REGISTRY)
+INVARIANTS: Mapping[str, Invariant] = _Catalogue()
 """Every invariant, by code: the single source of codes, messages, hints and docs.
 
 A read-only mapping of code to `Invariant`; errors, `lora-guard explain`, the pytest summary
