@@ -335,3 +335,45 @@ def test_reader_agrees_with_safetensors_on_a_valid_file(tmp_path: pathlib.Path) 
         for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
             assert list(tensors[name].shape) == f.get_slice(name).get_shape()
     assert tensors["w"].dtype == "bfloat16" and tensors["w"].nbytes == 30
+
+
+# --- the reader's fast paths give what the plain code gives ---------------------------------
+
+
+def test_records_built_fast_equal_the_public_constructors(zoo: dict[str, pathlib.Path]) -> None:
+    """The reader builds TensorInfo and LoRAModuleSpec without their frozen __init__ (for
+    speed); what a user gets must be the same records, equal, hashable and still frozen."""
+    import dataclasses
+
+    for name in ("r8-qv", "rank-pattern-fp16", "embedding-fp16", "moe-flat", "dora"):
+        spec = lg.inspect_adapter(zoo[name])
+        for info in spec.tensors.values():
+            assert info == lg.TensorInfo(**{f.name: getattr(info, f.name)
+                                            for f in dataclasses.fields(info)})
+            assert hash(info) == hash(dataclasses.replace(info))
+        for module in spec.modules.values():
+            assert module == dataclasses.replace(module)
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                module.rank = 1  # type: ignore[misc]
+
+
+def test_the_fast_key_split_agrees_with_the_suffix_rules() -> None:
+    """Keys are split by their last ``.lora_`` (one C call); every key, odd ones included,
+    splits as the suffix-by-suffix rules split it."""
+    import itertools
+
+    from lora_guard._reading import adapters
+
+    pieces = ("base_model.model.", "model.layers.0.", "q_proj", ".lora_", "A", "B", ".weight",
+              ".bias", "embedding_A", "magnitude_vector", ".token_adapter",
+              ".trainable_tokens_delta", "lora_A", ".", "")
+
+    keys = {"".join(parts) for parts in itertools.product(pieces, repeat=4)}
+    for key in keys:
+        plain = None
+        name = key.removeprefix("base_model.model.")
+        for suffix, role in adapters._SUFFIX_ROLES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                plain = (name[: -len(suffix)], role)
+                break
+        assert adapters._split_key(key) == plain, key
