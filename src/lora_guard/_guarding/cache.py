@@ -74,7 +74,7 @@ class GuardedCache:
                 f"got {type(store).__name__}"
             )
         _check_on_collision(on_collision, "lora_guard.GuardedCache")
-        proxy: GuardedCache = object.__new__(_proxy_type(cls, type(store)))
+        proxy: GuardedCache = object.__new__(_proxy_type(_origin(cls), type(store)))
         return proxy
 
     def __init__(
@@ -218,7 +218,7 @@ class GuardedCache:
         return f"GuardedCache({self.__wrapped__!r}, on_collision={self._self_on_collision!r})"
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        return (GuardedCache, (self.__wrapped__,),
+        return (_origin(type(self)), (self.__wrapped__,),
                 {"_self_on_collision": self._self_on_collision})
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -227,11 +227,12 @@ class GuardedCache:
     def __copy__(self) -> GuardedCache:
         """A new proxy, with the same policy, over a shallow copy of the store (as pickling
         gives a proxy over its own store)."""
-        return GuardedCache(copy.copy(self.__wrapped__), on_collision=self._self_on_collision)
+        return _origin(type(self))(copy.copy(self.__wrapped__),
+                                   on_collision=self._self_on_collision)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GuardedCache:
-        return GuardedCache(copy.deepcopy(self.__wrapped__, memo),
-                            on_collision=self._self_on_collision)
+        return _origin(type(self))(copy.deepcopy(self.__wrapped__, memo),
+                                   on_collision=self._self_on_collision)
 
     def __class_getitem__(cls, item: Any) -> types.GenericAlias:
         return types.GenericAlias(cls, item)
@@ -259,7 +260,7 @@ def _make_proxy_type(cls: type[GuardedCache], store_type: type) -> type[GuardedC
         # `get` is a slot of the proxy type itself: a slot of a base class is checked
         # against the instance's type with a walk of its MRO on each read.
         "__slots__": ("get",), "__module__": cls.__module__, "__qualname__": cls.__qualname__,
-        "__doc__": cls.__doc__, "_self_own_names": own,
+        "__doc__": cls.__doc__, "_self_own_names": own, "_self_origin": cls,
     }
     for name in dir(store_type):
         if not name.startswith("_") and name not in own:
@@ -270,16 +271,28 @@ def _make_proxy_type(cls: type[GuardedCache], store_type: type) -> type[GuardedC
 
 
 def _carries_attributes(store_type: type) -> bool:
-    """Whether the store's instances can hold attributes of their own (a ``__dict__``, or a
-    ``__getattr__`` of their type), which only a fallback lookup can reach."""
+    """Whether the store's class (written in Python) lets its instances hold attributes of
+    their own (a ``__dict__``, or a ``__getattr__``), which only a fallback lookup can reach.
+    The builtin stores (``dict``, ``OrderedDict``, ``defaultdict``) get none: their methods
+    and attributes are the type's, and a fallback would slow every read."""
     return hasattr(store_type, "__getattr__") or any(
-        "__dict__" in vars(klass) for klass in store_type.__mro__)
+        klass.__flags__ & _HEAP_TYPE and "__dict__" in vars(klass) for klass in store_type.__mro__)
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not in C
 
 
 def _store_attribute(self: GuardedCache, name: str) -> Any:
     if name == "__wrapped__":  # not set yet: no store to ask
         raise AttributeError(name)
     return getattr(self.__wrapped__, name)
+
+
+def _origin(cls: type[GuardedCache]) -> type[GuardedCache]:
+    """The class the user named (GuardedCache or a subclass), not its proxy type for one
+    store type: what pickles and copies are made of."""
+    origin: type[GuardedCache] = vars(cls).get("_self_origin", cls)
+    return origin
 
 
 def _own_names(proxy_type: type) -> frozenset[str]:
