@@ -207,3 +207,28 @@ def test_only_a_store_with_attributes_of_its_own_gets_the_fallback_lookup() -> N
         __slots__ = ()
 
     assert not hasattr(type(lg.GuardedCache(SlottedStore())), "__getattr__")
+
+
+class AuditedCache(lg.GuardedCache):
+    """A server's subclass of the proxy, with a counter of its own (``_self_`` names stay on
+    the proxy, as with wrapt)."""
+
+    def __init__(self, store: MutableMapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(store, **kwargs)
+        self._self_stores = 0
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._self_stores += 1
+
+
+def test_a_subclass_of_the_proxy_keeps_its_class_through_pickling_and_copies() -> None:
+    store: OrderedDict[str, torch.Tensor] = OrderedDict()
+    cache = AuditedCache(store, on_collision="evict")
+    cache[Q_A] = rank(16)
+    assert cache._self_stores == 1 and not hasattr(store, "_self_stores")
+    assert isinstance(cache, OrderedDict) and isinstance(cache, AuditedCache)
+    for twin in (pickle.loads(pickle.dumps(cache)), copy.copy(cache)):
+        assert isinstance(twin, AuditedCache) and twin.on_collision == "evict"
+        twin[Q_A] = rank(8)  # evicts in the twin's own store
+        assert twin._self_stores == 1 and store[Q_A].shape == (16, 64)
