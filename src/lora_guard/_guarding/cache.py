@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import functools
+import operator
 import threading
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
-from typing import Any, Literal, TypeVar, cast
-
-import wrapt
+import types
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from lora_guard._checking.checks import check_cache_entry, dtype_name, shape_of
 from lora_guard._core.arguments import ArgSelector, selector
@@ -28,12 +30,15 @@ def _check_on_collision(value: object, where: str) -> OnCollision:
     return value
 
 
-class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
+class GuardedCache:
     """A transparent proxy over a weight cache that refuses a key collision (LG003).
 
-    The code that holds the dict keeps using it as a dict (``isinstance(cache, dict)`` holds);
-    storing a tensor under a key that holds one of another shape or dtype raises LG003 before
-    anything is stored, or with ``on_collision="evict"`` replaces the stale entry.
+    The code that holds the dict keeps using it as a dict (``isinstance(cache, dict)`` holds,
+    and every method of the store's type is reachable, e.g. ``move_to_end`` of an
+    ``OrderedDict``); storing a tensor under a key that holds one of another shape or dtype
+    raises LG003 before anything is stored, or with ``on_collision="evict"`` replaces the
+    stale entry. Reads are not checked (an entry is checked when it is stored), so ``get``
+    is the store's own and costs about a dict's.
 
     Example:
         >>> import lora_guard as lg, torch
@@ -47,46 +52,109 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
         torch.Size([16, 64])
     """
 
-    def __init__(
-        self, store: MutableMapping[Any, Any], *, on_collision: OnCollision = "raise"
-    ) -> None:
+    # A plain class, not a wrapt proxy: a type with a __getattr__ (wrapt's has one) makes
+    # every attribute lookup slow, and `get` is looked up on each read (see _proxy_type).
+    __slots__ = ("__weakref__", "__wrapped__", "_self_lock", "_self_on_collision")
+
+    __wrapped__: MutableMapping[Any, Any]
+    get: Callable[..., Any]
+    """The store's own bound ``get``: reads are not checked, and cost about a dict's."""
+    _self_on_collision: OnCollision
+    _self_lock: threading.RLock
+
+    if TYPE_CHECKING:  # the store's other methods and attributes, reached through the proxy
+        def __getattr__(self, name: str) -> Any: ...
+
+    def __new__(
+        cls, store: MutableMapping[Any, Any], *, on_collision: OnCollision = "raise"
+    ) -> GuardedCache:
         if not (hasattr(store, "__setitem__") and hasattr(store, "get")):
             raise TypeError(
                 "lora_guard.GuardedCache wraps a mutable mapping (a dict of key -> tensor), "
                 f"got {type(store).__name__}"
             )
-        super().__init__(store)
-        self.get = store.get  # type: ignore[method-assign,assignment]  # the read path, see get()
-        self._self_on_collision = _check_on_collision(on_collision, "lora_guard.GuardedCache")
+        _check_on_collision(on_collision, "lora_guard.GuardedCache")
+        proxy: GuardedCache = object.__new__(_proxy_type(_origin(cls), type(store)))
+        return proxy
+
+    def __init__(
+        self, store: MutableMapping[Any, Any], *, on_collision: OnCollision = "raise"
+    ) -> None:
+        init = object.__setattr__
+        init(self, "__wrapped__", store)
+        init(self, "get", store.get)
+        init(self, "_self_on_collision", _check_on_collision(on_collision,
+                                                             "lora_guard.GuardedCache"))
         # Check-then-store must be one step: two threads storing different shapes under one
         # key could both pass the check, and the key would silently change shape.
-        self._self_lock = threading.RLock()
+        init(self, "_self_lock", threading.RLock())
 
     @property
     def on_collision(self) -> OnCollision:
         """``"raise"`` or ``"evict"``."""
-        on_collision: OnCollision = self._self_on_collision
-        return on_collision
+        return self._self_on_collision
 
-    # Hot methods are defined here rather than delegated: a proxy attribute lookup costs
-    # several times a direct call.
-    def get(self, key: Any, default: Any = None) -> Any:
-        """The store's ``get``. Reads are not checked (an entry is checked when it is stored),
-        so each instance holds the store's own bound ``get`` (set in ``__init__``: the proxy
-        stores a name its class has on itself), and a lookup costs about a dict's."""
-        return self.__wrapped__.get(key, default)
+    @property  # type: ignore[misc]
+    def __class__(self) -> type[Any]:  # isinstance(cache, dict) holds
+        return type(self.__wrapped__)
 
-    # A subclass of wrapt's C proxy reaches every attribute through a Python-level
-    # ``__getattribute__`` call (its ``__getattr__`` makes the type use the slow hook); the
-    # generic lookup does what the proxy's does (the proxy's own attributes, then
-    # ``__getattr__`` forwards to the store) at the speed of a plain object.
-    __getattribute__ = object.__getattribute__
+    # --- the mapping, forwarded -------------------------------------------------------------
 
     def __getitem__(self, key: Any) -> Any:
         return self.__wrapped__[key]
 
     def __contains__(self, key: object) -> bool:
         return key in self.__wrapped__
+
+    def __len__(self) -> int:
+        return len(self.__wrapped__)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.__wrapped__)
+
+    def __reversed__(self) -> Iterator[Any]:
+        return reversed(self.__wrapped__)
+
+    def __delitem__(self, key: Any) -> None:
+        del self.__wrapped__[key]
+
+    def __bool__(self) -> bool:
+        return bool(self.__wrapped__)
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.__wrapped__ == other)
+
+    def __ne__(self, other: object) -> bool:
+        return bool(self.__wrapped__ != other)
+
+    def __hash__(self) -> int:
+        return hash(self.__wrapped__)
+
+    def __or__(self, other: Any) -> Any:
+        return self.__wrapped__ | other
+
+    def __ror__(self, other: Any) -> Any:
+        return other | self.__wrapped__
+
+    def __str__(self) -> str:
+        return str(self.__wrapped__)
+
+    def __dir__(self) -> Iterable[str]:
+        return dir(self.__wrapped__)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_self_") or name in _own_names(type(self)):
+            object.__setattr__(self, name, value)
+        else:  # as wrapt's proxy did: another attribute is the store's
+            setattr(self.__wrapped__, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name.startswith("_self_") or name in _own_names(type(self)):
+            object.__delattr__(self, name)
+        else:
+            delattr(self.__wrapped__, name)
+
+    # --- the stores, checked ----------------------------------------------------------------
 
     def _admit(self, key: Any, value: Any, staged: Mapping[Any, Any] | None = None) -> None:
         store = self.__wrapped__
@@ -103,6 +171,8 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
             self.__wrapped__[key] = value
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
+        """The store's ``setdefault``, checked: a default of another shape or dtype than the
+        entry under ``key`` raises LG003 (or, evicting, replaces the entry)."""
         with self._self_lock:
             return self._setdefault(key, default)
 
@@ -122,6 +192,9 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
 
     def update(self, other: Mapping[Any, Any] | Iterable[tuple[Any, Any]] = (), /,
                **kwargs: Any) -> None:
+        """The store's ``update``, checked all or nothing: one entry of another shape or dtype
+        than the one under its key (or than an earlier entry of the same call) and nothing is
+        stored."""
         items = [(key, value) for key, value in (
             other.items() if isinstance(other, Mapping) else other)] + list(kwargs.items())
         with self._self_lock:
@@ -139,15 +212,92 @@ class GuardedCache(wrapt.ObjectProxy):  # type: ignore[type-arg]
         self.update(other)
         return self
 
+    # --- repr, pickling, copies -------------------------------------------------------------
+
     def __repr__(self) -> str:
         return f"GuardedCache({self.__wrapped__!r}, on_collision={self._self_on_collision!r})"
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        return (type(self), (self.__wrapped__,), {"_self_on_collision": self._self_on_collision})
+        return (_origin(type(self)), (self.__wrapped__,),
+                {"_self_on_collision": self._self_on_collision})
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._self_on_collision = state["_self_on_collision"]
-        self.get = self.__wrapped__.get  # type: ignore[method-assign]
+
+    def __copy__(self) -> GuardedCache:
+        """A new proxy, with the same policy, over a shallow copy of the store (as pickling
+        gives a proxy over its own store)."""
+        return _origin(type(self))(copy.copy(self.__wrapped__),
+                                   on_collision=self._self_on_collision)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GuardedCache:
+        return _origin(type(self))(copy.deepcopy(self.__wrapped__, memo),
+                                   on_collision=self._self_on_collision)
+
+    def __class_getitem__(cls, item: Any) -> types.GenericAlias:
+        return types.GenericAlias(cls, item)
+
+
+# One proxy type per (GuardedCache class, store type), made on first use: each public name of
+# the store's type that the proxy does not define reads the store's (a C attrgetter, no Python
+# frame). Only a store whose instances carry attributes of their own gets a __getattr__.
+_PROXY_TYPES: weakref.WeakKeyDictionary[type, dict[type, type]] = weakref.WeakKeyDictionary()
+
+
+def _proxy_type(cls: type[GuardedCache], store_type: type) -> type[GuardedCache]:
+    by_class = _PROXY_TYPES.get(store_type)
+    if by_class is None:
+        by_class = _PROXY_TYPES.setdefault(store_type, {})
+    proxy = by_class.get(cls)
+    if proxy is None:
+        proxy = by_class.setdefault(cls, _make_proxy_type(cls, store_type))
+    return proxy
+
+
+def _make_proxy_type(cls: type[GuardedCache], store_type: type) -> type[GuardedCache]:
+    own = frozenset((*dir(cls), "get"))
+    namespace: dict[str, Any] = {
+        # `get` is a slot of the proxy type itself: a slot of a base class is checked
+        # against the instance's type with a walk of its MRO on each read.
+        "__slots__": ("get",), "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__, "_self_own_names": own, "_self_origin": cls,
+    }
+    for name in dir(store_type):
+        if not name.startswith("_") and name not in own:
+            namespace[name] = property(operator.attrgetter(f"__wrapped__.{name}"))
+    if _carries_attributes(store_type):
+        namespace["__getattr__"] = _store_attribute
+    return cast("type[GuardedCache]", type(cls.__name__, (cls,), namespace))
+
+
+def _carries_attributes(store_type: type) -> bool:
+    """Whether the store's class (written in Python) lets its instances hold attributes of
+    their own (a ``__dict__``, or a ``__getattr__``), which only a fallback lookup can reach.
+    The builtin stores (``dict``, ``OrderedDict``, ``defaultdict``) get none: their methods
+    and attributes are the type's, and a fallback would slow every read."""
+    return hasattr(store_type, "__getattr__") or any(
+        klass.__flags__ & _HEAP_TYPE and "__dict__" in vars(klass) for klass in store_type.__mro__)
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement, not in C
+
+
+def _store_attribute(self: GuardedCache, name: str) -> Any:
+    if name == "__wrapped__":  # not set yet: no store to ask
+        raise AttributeError(name)
+    return getattr(self.__wrapped__, name)
+
+
+def _origin(cls: type[GuardedCache]) -> type[GuardedCache]:
+    """The class the user named (GuardedCache or a subclass), not its proxy type for one
+    store type: what pickles and copies are made of."""
+    origin: type[GuardedCache] = vars(cls).get("_self_origin", cls)
+    return origin
+
+
+def _own_names(proxy_type: type) -> frozenset[str]:
+    names: frozenset[str] = getattr(proxy_type, "_self_own_names", frozenset())
+    return names
 
 
 def guard_cache_lookup(
