@@ -341,12 +341,15 @@ def test_reader_agrees_with_safetensors_on_a_valid_file(tmp_path: pathlib.Path) 
 
 
 def test_records_built_fast_equal_the_public_constructors(zoo: dict[str, pathlib.Path]) -> None:
-    """The reader builds TensorInfo and LoRAModuleSpec without their frozen __init__ (for
-    speed); what a user gets must be the same records, equal, hashable and still frozen."""
+    """The reader builds AdapterSpec, TensorInfo and LoRAModuleSpec without their frozen
+    __init__ (for speed); a user gets the same records, equal, hashable and still frozen."""
     import dataclasses
 
     for name in ("r8-qv", "rank-pattern-fp16", "embedding-fp16", "moe-flat", "dora"):
         spec = lg.inspect_adapter(zoo[name])
+        assert spec == dataclasses.replace(spec)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            spec.rank = 1  # type: ignore[misc]
         for info in spec.tensors.values():
             assert info == lg.TensorInfo(**{f.name: getattr(info, f.name)
                                             for f in dataclasses.fields(info)})

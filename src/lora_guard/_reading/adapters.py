@@ -1186,27 +1186,21 @@ def added_tokens_of(raw: bytes) -> dict[str, int]:
 def build_spec(
     folder: pathlib.Path, config: Mapping[str, Any], tensors: dict[str, TensorInfo],
     metadata: dict[str, str], size: int, *, added_tokens: Mapping[str, int] | None = None,
-    **remote: Any,
+    url: str | None = None, transferred: int | None = None,
+    weights_file: str | None = WEIGHTS_NAME,
 ) -> AdapterSpec:
     """The `AdapterSpec` of a read config and header (local or remote: ``url=``,
     ``transferred=``), with the folder's ``added_tokens.json`` map when it ships one."""
     parts = _parts_of(tensors, config)
-    return AdapterSpec(
-        path=folder,
-        config=config if type(config) is FrozenConfig else FrozenConfig(config),
-        tensors=parts.tensors,
-        modules=parts.modules,
-        rank=parts.rank or int(config["r"]),
-        moe_layout=parts.layout,
-        target_modules=parts.targets,
-        features=_read_only(_features(config, parts.extra, added_tokens)),
-        dtypes=parts.dtypes,
-        size=size,
-        metadata=_read_only(metadata),
-        unknown_keys=parts.unknown,
-        extra_keys=parts.extra,
-        **remote,
-    )
+    return _built_spec(
+        folder, config if type(config) is FrozenConfig else FrozenConfig(config),
+        parts.tensors, parts.modules, parts.rank or int(config["r"]), parts.layout,
+        parts.targets, _read_only(_features(config, parts.extra, added_tokens)), parts.dtypes,
+        size, _read_only(metadata), parts.unknown, parts.extra, url, transferred, weights_file)
+
+
+_built_spec = builder(AdapterSpec)
+"""``AdapterSpec`` of every field in order, from a config and header the reader checked."""
 
 
 def _read_only(found: dict[str, Any]) -> Mapping[str, Any]:
