@@ -380,3 +380,36 @@ def test_the_fast_key_split_agrees_with_the_suffix_rules() -> None:
                 plain = (name[: -len(suffix)], role)
                 break
         assert adapters._split_key(key) == plain, key
+
+
+def test_folders_read_in_phases_give_what_each_read_gives(tmp_path: pathlib.Path) -> None:
+    """The checker reads a batch of folders a phase at a time; every adapter, good or refused
+    at any step (config, header, weights, added tokens), gets the spec or the error it gets
+    read alone, in order, and one adapter's error stops nothing for the others."""
+    from lora_guard._reading.adapters import read_folder, read_folders
+    from lora_guard.testing import DEFECTS
+
+    folders = [write_adapter(tmp_path / "ok-0")]
+    for defect, code in DEFECTS.items():
+        if code == "LG108" or defect in ("config-not-lora", "dora"):
+            folders.append(write_adapter(tmp_path / defect, defects=(defect,)))
+    tokens = write_adapter(tmp_path / "bad-tokens")
+    (tokens / "added_tokens.json").write_text('{"<x>": -1}')
+    folders += [tokens, write_adapter(tmp_path / "ok-1", rank=16)]
+
+    def outcome(result: object) -> object:
+        if isinstance(result, Exception):
+            return type(result).__name__, str(result)
+        return result
+
+    def read_alone(folder: pathlib.Path) -> object:
+        try:
+            return read_folder(folder)
+        except Exception as exc:  # what read_folders keeps in its place
+            return exc
+
+    batched = read_folders(folders)
+    assert [outcome(r) for r in batched] == [outcome(read_alone(f)) for f in folders]
+    refused = [f.name for f, r in zip(folders, batched, strict=True) if isinstance(r, Exception)]
+    assert "ok-0" not in refused and "ok-1" not in refused and "dora" not in refused
+    assert {"bad-tokens", "missing-config", "truncated-header", "pickle-bin"} <= set(refused)
