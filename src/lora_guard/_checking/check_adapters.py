@@ -10,7 +10,7 @@ import types
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Union, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Union, cast
 
 from lora_guard._checking.checks import MoELayout, check_moe_layouts
 from lora_guard._checking.registry import registered_violations
@@ -848,20 +848,19 @@ def _scaling(alpha: float, rank: int, rslora: bool) -> float:
 
 
 def _engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
-                  found: list[Violation]) -> None:
+                  found: list[Violation], memo: _Memo | None = None) -> None:
     """The engine's own rules of one adapter (LG111, LG112, LG202)."""
     engine = limits.engine or "the server"
     rules = limits.engine_rules
-    modules = [m for m in spec.modules.values() if m.rank]
     targets = spec.config.get("target_modules")
     if "target-modules-list" in rules and isinstance(targets, str) and (
             targets not in ("all", "all-linear")):
         found.append(make_violation("LG202", "target-string", subject, value=targets,
                                     engine=engine))
     if "packed-ranks-uniform" in rules:
-        found.extend(_packed_ranks(subject, modules, engine))
+        found.extend(_packed_ranks(subject, spec.modules, engine, memo))
     if "one-scaling" in rules:
-        found.extend(_one_scaling(subject, spec.config, modules, engine))
+        found.extend(_one_scaling(subject, spec.config, spec.modules, engine))
     if "plain-embeddings-refused" in rules:
         found.extend(_plain_embeddings(subject, spec, engine))
 
@@ -877,14 +876,20 @@ def _plain_embeddings(subject: str, spec: AdapterSpec, engine: str) -> list[Viol
         if what == "embedding-base" and not key.endswith(".base_layer.weight")][:_MAX_PER_KIND]
 
 
-def _packed_ranks(subject: str, modules: list[LoRAModuleSpec], engine: str) -> list[Violation]:
-    """LG111: the parts of one packed module at different ranks."""
+def _packed_ranks(subject: str, modules: Mapping[str, LoRAModuleSpec], engine: str,
+                  memo: _Memo | None = None) -> list[Violation]:
+    """LG111: the parts of one packed module at different ranks (modules without a rank are
+    not compared); a header found uniform once is not grouped again."""
+    if memo is not None and memo.packed.get(id(modules)) is modules:
+        return []
     groups: dict[tuple[str, str], dict[str, int]] = {}
-    for m in modules:
-        parent = _packed_parent(m)
+    for m in modules.values():
+        parent = _packed_parent(m) if m.rank else None
         if parent is not None:
             groups.setdefault(parent, {})[m.target] = int(m.rank or 0)
     bad = [(k, v) for k, v in groups.items() if len(set(v.values())) > 1]
+    if memo is not None and not bad:
+        _remember(memo.packed, id(modules), modules)
     return [make_violation(
         "LG111", "packed", subject, packed=packed, layer=layer or "the model",
         parts=", ".join(sorted(parts)),
@@ -892,10 +897,10 @@ def _packed_ranks(subject: str, modules: list[LoRAModuleSpec], engine: str) -> l
         for (layer, packed), parts in bad[:_MAX_PER_KIND]]
 
 
-def _one_scaling(subject: str, config: Mapping[str, Any], modules: list[LoRAModuleSpec],
-                 engine: str) -> list[Violation]:
-    """LG112: a module whose own rank or alpha gives another scaling than the one the
-    engine applies to every module (``lora_alpha / r``)."""
+def _one_scaling(subject: str, config: Mapping[str, Any],
+                 modules: Mapping[str, LoRAModuleSpec], engine: str) -> list[Violation]:
+    """LG112: a module (with a rank) whose own rank or alpha gives another scaling than the
+    one the engine applies to every module (``lora_alpha / r``)."""
     try:
         r, alpha = int(config["r"]), float(config.get("lora_alpha", 8))
     except (KeyError, TypeError, ValueError):
@@ -906,24 +911,44 @@ def _one_scaling(subject: str, config: Mapping[str, Any], modules: list[LoRAModu
     served = alpha / r
     ranks = config.get("rank_pattern") or {}
     alphas = config.get("alpha_pattern") or {}
-    wrong: list[tuple[str, float, str]] = []
-    for m in modules:
-        rank = pattern_value(ranks, m.module) if ranks else None
-        own_alpha = pattern_value(alphas, m.module) if alphas else None
-        rank = int(rank) if isinstance(rank, (int, float)) and rank > 0 else r
-        a = float(own_alpha) if isinstance(own_alpha, (int, float)) else alpha
-        expected = _scaling(a, rank, rslora)
-        if abs(expected - served) > 1e-6 * max(abs(served), 1.0):
-            why = ", ".join(x for x in (
-                f"rank {rank}" if rank != r else "", f"alpha {a:g}" if a != alpha else "",
-                "rsLoRA" if rslora else "") if x)
-            wrong.append((m.module, expected, why))
+    if ranks or alphas:
+        wrong = _own_scalings(modules, ranks, alphas, r, alpha, rslora, served)
+    else:  # every module at r and lora_alpha: one scaling, compared once
+        expected = _scaling(alpha, r, rslora)
+        wrong = [] if not _scaling_differs(expected, served) else [
+            (m.module, expected, "rsLoRA" if rslora else "") for m in modules.values()
+            if m.rank]
     if not wrong:
         return []
     name, expected, why = wrong[0]
     return [make_violation(
         "LG112", "scaling", subject, module=_more(name, len(wrong)),
         expected=f"{expected:.4g}", why=why, engine=engine, served=f"{served:.4g}")]
+
+
+def _scaling_differs(expected: float, served: float) -> bool:
+    return abs(expected - served) > 1e-6 * max(abs(served), 1.0)
+
+
+def _own_scalings(modules: Mapping[str, LoRAModuleSpec], ranks: Mapping[str, Any],
+                  alphas: Mapping[str, Any], r: int, alpha: float, rslora: bool,
+                  served: float) -> list[tuple[str, float, str]]:
+    """(module, its scaling, why) of each module whose patterns give another scaling."""
+    wrong: list[tuple[str, float, str]] = []
+    for m in modules.values():
+        if not m.rank:
+            continue
+        rank = pattern_value(ranks, m.module) if ranks else None
+        own_alpha = pattern_value(alphas, m.module) if alphas else None
+        rank = int(rank) if isinstance(rank, (int, float)) and rank > 0 else r
+        a = float(own_alpha) if isinstance(own_alpha, (int, float)) else alpha
+        expected = _scaling(a, rank, rslora)
+        if _scaling_differs(expected, served):
+            why = ", ".join(x for x in (
+                f"rank {rank}" if rank != r else "", f"alpha {a:g}" if a != alpha else "",
+                "rsLoRA" if rslora else "") if x)
+            wrong.append((m.module, expected, why))
+    return wrong
 
 
 def _block_diagonal(bd: object, module: LoRAModuleSpec) -> LoRAModuleSpec:
@@ -961,21 +986,52 @@ _ORDER = {c: i for i, c in enumerate(
 """The order of one adapter's violations in a report."""
 
 
+class _Memo:
+    """What one run's checks remember across adapters: outcomes that depend only on a
+    header's tensors and modules (and the run's fixed limits). The reader hands adapters whose
+    headers differ only in their metadata (a recipe's adapters) the same ``tensors`` and
+    ``modules`` mappings, so each outcome is computed once per recipe, not once per adapter.
+    Entries are keyed by the mappings' identities and hold the mappings (an identity cannot
+    be reused while its entry lives); each memory is bounded."""
+
+    __slots__ = ("empty", "modules", "moe", "packed")
+
+    def __init__(self) -> None:
+        self.empty: dict[int, tuple[Mapping[str, Any],
+                                    tuple[tuple[str, ...], frozenset[str]]]] = {}
+        self.modules: dict[tuple[int, int], _ModuleOutcome] = {}
+        self.moe: dict[int, Mapping[str, Any]] = {}
+        self.packed: dict[int, Mapping[str, Any]] = {}
+
+
+_MEMO_SIZE = 256
+
+
+def _remember(memory: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(memory) >= _MEMO_SIZE:
+        memory.clear()
+    memory[key] = value
+
+
 def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                 vocab_size: int | None = None,
                 module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
+                memo: _Memo | None = None,
                 ) -> list[Violation]:
     found: list[Violation] = []
     grouped = _Grouped()
-    empty = _file_checks(subject, spec, limits, found, vocab_size, module_dims)
-    ranks = _module_checks(subject, spec, limits, found, grouped, empty, vocab_size,
-                           module_dims)
-    if limits.base is not None:
+    empty = _file_checks(subject, spec, limits, found, vocab_size, module_dims, memo)
+    if memo is not None and vocab_size is None and module_dims is None:
+        ranks = _remembered_module_checks(subject, spec, limits, found, grouped, empty, memo)
+    else:
+        ranks = _module_checks(subject, spec, limits, found, grouped, empty, vocab_size,
+                               module_dims)
+    if limits.base is not None and spec.extra_keys:
         _check_saved_embeddings(spec, limits.base, grouped)
     _rank_checks(subject, spec, limits, ranks, found)
     _dtype_checks(subject, spec, limits, found)
     if limits.engine_rules:
-        _engine_rules(subject, spec, limits, found)
+        _engine_rules(subject, spec, limits, found, memo)
     if "init-rerun" in limits.engine_rules and str(
             spec.config.get("init_lora_weights")).lower() in _RERUN_INITS:
         found = [v for v in found if v.code != "LG116"]  # PEFT redoes the init when it loads
@@ -984,7 +1040,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
         found.append(make_violation(code, variant, subject, **{
             **details, target: _more(name, count)}))
     if spec.moe_layout is not None:  # LG002: one adapter whose own MoE weights mix layouts
-        found.extend(check_moe_layouts(subject, spec.tensors)[1])
+        found.extend(_mixed_layouts(subject, spec.tensors, memo))
     found.extend(registered_violations(subject, spec, limits))  # invariants defined in one unit
     if len(found) > 1:
         found.sort(key=lambda v: _ORDER.get(v.code, 99))
@@ -993,7 +1049,8 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
 
 def _file_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
                  found: list[Violation], vocab_size: int | None,
-                 module_dims: Mapping[str, Any] | None) -> frozenset[str]:
+                 module_dims: Mapping[str, Any] | None,
+                 memo: _Memo | None = None) -> frozenset[str]:
     """What the adapter as a whole holds: LG115, LG116, LG105, LG118, LG121, LG104, LG107.
     Returns the keys of the zero-size tensors."""
     # LG115: no tensors at all (the adapter would serve the base model)
@@ -1023,11 +1080,39 @@ def _file_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
         found.append(make_violation("LG104", "grammar", subject,
                                     key=f"... and {rest} more keys"))
     # LG107: zero-size tensors
-    empty = [key for key, info in spec.tensors.items() if 0 in info.shape]
-    for key in empty:
+    ordered, empty = _empty_tensors(spec.tensors, memo)
+    for key in ordered:
         found.append(make_violation("LG107", "empty", subject, key=key,
                                     shape=spec.tensors[key].shape))
-    return frozenset(empty)
+    return empty
+
+
+_NO_KEYS: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
+
+
+def _empty_tensors(tensors: Mapping[str, Any],
+                   memo: _Memo | None) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The keys of the zero-size tensors, in the header's order and as a set."""
+    if memo is not None:
+        hit = memo.empty.get(id(tensors))
+        if hit is not None and hit[0] is tensors:
+            return hit[1]
+    ordered = tuple([key for key, info in tensors.items() if 0 in info.shape])
+    empty = (ordered, frozenset(ordered)) if ordered else _NO_KEYS
+    if memo is not None:
+        _remember(memo.empty, id(tensors), (tensors, empty))
+    return empty
+
+
+def _mixed_layouts(subject: str, tensors: Mapping[str, Any],
+                   memo: _Memo | None) -> list[Violation]:
+    """LG002 within one adapter; a header found unmixed once is not classified again."""
+    if memo is not None and memo.moe.get(id(tensors)) is tensors:
+        return []
+    mixed = check_moe_layouts(subject, tensors)[1]
+    if memo is not None and not mixed:
+        _remember(memo.moe, id(tensors), tensors)
+    return mixed
 
 
 def _total_bytes(spec: AdapterSpec) -> int:
@@ -1090,6 +1175,41 @@ def _embedding_checks(subject: str, spec: AdapterSpec, found: list[Violation]) -
                 "LG118", "embedding", subject, key=key, shape=info.shape,
                 nbytes=f"{info.nbytes:,}", bytes=info.nbytes,
                 share=_share(info.nbytes, _total_bytes(spec)), module=leaf))
+
+
+class _ModuleOutcome(NamedTuple):
+    """What `_module_checks` found for one header's modules at one config ``r``."""
+
+    modules: Mapping[str, LoRAModuleSpec]
+    tensors: Mapping[str, Any]
+    grouped: tuple[tuple[tuple[Any, ...], str, int, dict[str, Any]], ...]
+    ranks: tuple[tuple[int, str], ...]
+
+
+def _remembered_module_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
+                              found: list[Violation], grouped: _Grouped,
+                              empty: frozenset[str], memo: _Memo) -> dict[int, str]:
+    """`_module_checks` in a set check, once per header and ``r``: the modules' outcome is
+    the same for every adapter of a recipe. Computed each time: a ``rank_pattern`` or
+    ``use_bdlora`` (they change what each module is compared with), and an outcome with an
+    LG102 between A and B (its message names the adapter)."""
+    config = spec.config
+    if config.get("use_bdlora") is not None or config.get("rank_pattern"):
+        return _module_checks(subject, spec, limits, found, grouped, empty, None, None)
+    modules, tensors = spec.modules, spec.tensors
+    key = (id(modules), int(config["r"]))
+    hit = memo.modules.get(key)
+    if hit is not None and hit.modules is modules and hit.tensors is tensors:
+        for group, name, count, details in hit.grouped:
+            grouped.items[group] = [name, count, details]
+        return dict(hit.ranks)
+    before = len(found)
+    ranks = _module_checks(subject, spec, limits, found, grouped, empty, None, None)
+    if len(found) == before:
+        _remember(memo.modules, key, _ModuleOutcome(
+            modules, tensors, tuple((group, name, count, details) for group, (
+                name, count, details) in grouped.items.items()), tuple(ranks.items())))
+    return ranks
 
 
 def _module_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
@@ -1390,11 +1510,11 @@ def _folder(found: str) -> pathlib.Path:
 
 
 def _verdict(adapter_id: str, subject: str, spec: AdapterSpec, limits: ServingLimits,
-             scan_values: bool) -> tuple[list[Violation], bool]:
+             scan_values: bool, memo: _Memo | None = None) -> tuple[list[Violation], bool]:
     """Every check of one readable adapter: its violations (LG900 for a bug in a check), and
     whether the checks ran to the end."""
     try:
-        found = _check_spec(subject, spec, limits)
+        found = _check_spec(subject, spec, limits, memo=memo)
         if scan_values:
             from lora_guard._checking.values import (
                 scan_violations,  # reads values: only when asked
@@ -1428,6 +1548,7 @@ class _SetCheck:
                               and limits.max_rank is None)
         self.largest_r: int | None = None
         self.patterns: list[tuple[str, Mapping[str, Any]]] = []
+        self.memo = _Memo()
 
     def add(self, adapter_id: str, target: _Target) -> None:
         self.ids.append(adapter_id)
@@ -1436,7 +1557,8 @@ class _SetCheck:
         if isinstance(read, Violation):
             self.by_adapter[adapter_id] = (read,)
             return
-        found, checked = _verdict(adapter_id, subject, read, self.limits, self.scan_values)
+        found, checked = _verdict(adapter_id, subject, read, self.limits, self.scan_values,
+                                  self.memo)
         if checked:
             self.specs.append(read)
             self._across(adapter_id, read, found)
