@@ -533,14 +533,24 @@ def _children(here: str, found: list[_Found]) -> list[os.DirEntry[str]]:
 _BY_NAME = operator.attrgetter("name")
 
 
+_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks
+
+
 def _adapter_dir(folder: str) -> bool:
     """`is_adapter_dir` of a folder the search lists, its first lookup (the config) made
-    directly: an adapter folder costs one ``lstat``."""
+    directly: an adapter folder costs one ``faccessat`` (an ``lstat`` that builds no
+    result), a folder without a config the other lookups."""
+    config = folder + os.sep + CONFIG_NAME
     try:
-        os.lstat(folder + os.sep + CONFIG_NAME)
+        if _ACCESS_NOFOLLOW:
+            if os.access(config, os.F_OK, follow_symlinks=False):
+                return True
+        else:
+            os.lstat(config)
+            return True
     except (OSError, ValueError):
-        return is_adapter_dir(folder)
-    return True
+        pass
+    return is_adapter_dir(folder)
 
 
 def _child(here: str, entry: os.DirEntry[str]) -> str:
