@@ -115,7 +115,7 @@ def test_duplicate_keys_are_found_whatever_the_colons_in_strings(tmp_path: pathl
 class _Counter:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: dict[str, int] = {}
-        for name in ("stat", "lstat", "open", "fstat", "scandir", "readlink"):
+        for name in ("stat", "lstat", "access", "open", "fstat", "scandir", "readlink"):
             real = getattr(os, name)
             monkeypatch.setattr(os, name, self._counted(name, real))
 
@@ -185,6 +185,29 @@ def test_the_json_report_is_built_per_adapter_and_is_the_same_text(
         "by_code": {"LG101": 1, "LG108": 1, "LG110": 1}}
     empty = lg.check_adapters([])
     assert empty.to_json() == json.dumps(empty.to_dict(), indent=2)
+
+
+def test_the_json_report_spells_odd_values_as_json_dumps_does(tmp_path: pathlib.Path) -> None:
+    """The report's JSON is written by its own encoder: names with quotes, backslashes,
+    newlines and non-ASCII, empty lists and nested details come out as `json.dumps` writes
+    them."""
+    import json
+
+    odd = tmp_path / 'set "q"\\x\ny é 中'
+    write_adapter(odd / "big\tone", rank=64, targets=("q_proj", "embed_tokens"))
+    for defect in ("orphan-a", "empty-tensor", "mixed-dtype"):
+        write_adapter(odd / defect, defects=(defect,))
+    write_adapter(odd / "broken", defects=("invalid-header-json",))
+    report = lg.check_adapters([odd, tmp_path / "missing"], lg.ServingLimits(
+        max_rank=16, dtypes=("bfloat16",), max_loras=1, target_modules=("v_proj",)))
+    assert {"LG101", "LG103", "LG104", "LG106", "LG107", "LG108", "LG110"} <= set(
+        report.codes())
+    assert report.to_json() == json.dumps(report.to_dict(), indent=2)
+    assert "\\u4e2d" in report.to_json()  # ensure_ascii, as json.dumps
+    assert checker._indented({"f": [1.5, float("nan"), -float("inf"), True, None, {}, []],
+                              3: (), "k": {"x": "\u00e9\n"}}, "\n") == json.dumps(
+        {"f": [1.5, float("nan"), -float("inf"), True, None, {}, []], 3: (),
+         "k": {"x": "\u00e9\n"}}, indent=2)
 
 
 def test_a_guarded_cache_reads_through_the_store_and_still_refuses_a_collision() -> None:
