@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 import os
 import pathlib
+import re
 import stat
 import types
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -755,8 +757,14 @@ _OTHER_TOWERS = {
 }
 
 
+_ANY_TOWER = re.compile("|".join(re.escape(mark) for marks in _OTHER_TOWERS.values()
+                                 for mark in marks))
+
+
 def _tower(module: str) -> str | None:
     """``vision`` or ``audio`` for a module of a non-text tower, else None."""
+    if _ANY_TOWER.search(module) is None:  # one scan for every mark (most modules)
+        return None
     for tower, marks in _OTHER_TOWERS.items():
         if any(mark in module for mark in marks):
             return tower
@@ -780,11 +788,18 @@ def _foreign(module: LoRAModuleSpec, base: BaseModelDims,
     names changed between transformers releases (``block_sparse_moe.experts.0.w1``). A packed
     name whose parts the base has (``qkv_proj`` on Llama) is the base's unless the engine
     loads only the base's own names (``packed-names-native``)."""
-    names = ARCHITECTURE_NAMES.get(base.model_type or "")
-    if names is None or ".experts." in module.module + ".":
+    model_type = base.model_type or ""
+    if model_type not in ARCHITECTURE_NAMES:
         return False
-    fused_ok = "packed-names-native" not in rules
-    path = module.module
+    return _foreign_name(module.module, model_type, "packed-names-native" not in rules)
+
+
+@functools.lru_cache(maxsize=4096)
+def _foreign_name(path: str, model_type: str, fused_ok: bool) -> bool:
+    """`_foreign` of a module path (asked for every module of every adapter: remembered)."""
+    names = ARCHITECTURE_NAMES[model_type]
+    if ".experts." in path + ".":
+        return False
     while path.endswith(".base_layer"):
         path = path[: -len(".base_layer")]
     leaf = path.rsplit(".", 1)[-1]
@@ -850,6 +865,10 @@ def _check_fit(module: LoRAModuleSpec, expected_in: Expected, expected_out: Expe
                grouped: _Grouped, module_kind: str | None = None) -> None:
     """LG109: A's in dim and B's out dim against the module's dims on the base model
     (an embedding's in dim and lm_head's out dim are the vocab)."""
+    got_in, got_out = module.in_features, module.out_features
+    if (got_in is None or expected_in[0] is None or got_in == expected_in[0]) and (
+            got_out is None or expected_out[0] is None or got_out == expected_out[0]):
+        return  # both dims fit (most modules)
     key = module.a_key or module.b_key or module.module
     kind_name = module_kind or module.target
     sides = (("in", module.in_features, expected_in, module.a_key, module.kind == "embedding"),
