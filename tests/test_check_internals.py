@@ -142,6 +142,37 @@ def test_a_folder_of_adapters_costs_six_file_system_calls_per_adapter(
     assert per_adapter <= 6.5, counter.calls
 
 
+def test_a_fleet_of_few_recipes_has_each_recipes_modules_judged_once(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operation count, not a timing: 60 adapters trained from 3 recipes (their own
+    configs, the same header shapes) have the modules of each recipe compared once, and every
+    adapter still gets its own verdict, naming it."""
+    recipes = {"plain": {}, "config-rank": {"defects": ("config-rank",)},
+               "wide": {"rank": 64}}
+    for i in range(20):
+        for recipe, options in recipes.items():
+            write_adapter(tmp_path / "fleet" / f"{recipe}-{i:02d}",
+                          config_overrides={"revision": f"run-{i}"}, **options)  # type: ignore[arg-type]
+    real = checker._check_ranks
+    compared: list[str] = []
+
+    def counted(subject: str, module: object, *args: object) -> None:
+        compared.append(subject)
+        real(subject, module, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(checker, "_check_ranks", counted)
+    report = lg.check_adapters(tmp_path / "fleet", lg.ServingLimits(max_rank=16))
+    assert len(report.ids) == 60
+    assert len(compared) == 3 * 4  # 3 recipes x (q_proj, v_proj) x 2 layers, not 60 x 4
+    for adapter_id in report.ids:
+        codes = [v.code for v in report.by_adapter.get(adapter_id, ())]
+        recipe = pathlib.Path(adapter_id).name.rsplit("-", 1)[0]
+        assert codes == {"plain": [], "config-rank": ["LG102"], "wide": ["LG101"]}[recipe]
+        assert all(v.subject == f"adapter {adapter_id!r}"
+                   for v in report.by_adapter.get(adapter_id, ()))
+
+
 def test_serving_limits_take_tuples_lists_and_sets_and_keep_frozensets() -> None:
     limits = lg.ServingLimits(target_modules=("q_proj", "v_proj"), allowed_ranks=[8, 16],
                               dtypes=["bf16"], allow={"dora"})
