@@ -115,7 +115,7 @@ def test_duplicate_keys_are_found_whatever_the_colons_in_strings(tmp_path: pathl
 class _Counter:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: dict[str, int] = {}
-        for name in ("stat", "lstat", "open", "fstat", "scandir", "readlink"):
+        for name in ("stat", "lstat", "access", "open", "fstat", "scandir", "readlink"):
             real = getattr(os, name)
             monkeypatch.setattr(os, name, self._counted(name, real))
 
@@ -140,6 +140,37 @@ def test_a_folder_of_adapters_costs_six_file_system_calls_per_adapter(
     assert report.ok and len(report.ids) == 40
     per_adapter = sum(counter.calls.values()) / 40
     assert per_adapter <= 6.5, counter.calls
+
+
+def test_a_fleet_of_few_recipes_has_each_recipes_modules_judged_once(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operation count, not a timing: 60 adapters trained from 3 recipes (their own
+    configs, the same header shapes) have the modules of each recipe compared once, and every
+    adapter still gets its own verdict, naming it."""
+    recipes = {"plain": {}, "config-rank": {"defects": ("config-rank",)},
+               "wide": {"rank": 64}}
+    for i in range(20):
+        for recipe, options in recipes.items():
+            write_adapter(tmp_path / "fleet" / f"{recipe}-{i:02d}",
+                          config_overrides={"revision": f"run-{i}"}, **options)  # type: ignore[arg-type]
+    real = checker._check_ranks
+    compared: list[str] = []
+
+    def counted(subject: str, module: object, *args: object) -> None:
+        compared.append(subject)
+        real(subject, module, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(checker, "_check_ranks", counted)
+    report = lg.check_adapters(tmp_path / "fleet", lg.ServingLimits(max_rank=16))
+    assert len(report.ids) == 60
+    assert len(compared) == 3 * 4  # 3 recipes x (q_proj, v_proj) x 2 layers, not 60 x 4
+    for adapter_id in report.ids:
+        codes = [v.code for v in report.by_adapter.get(adapter_id, ())]
+        recipe = pathlib.Path(adapter_id).name.rsplit("-", 1)[0]
+        assert codes == {"plain": [], "config-rank": ["LG102"], "wide": ["LG101"]}[recipe]
+        assert all(v.subject == f"adapter {adapter_id!r}"
+                   for v in report.by_adapter.get(adapter_id, ()))
 
 
 def test_serving_limits_take_tuples_lists_and_sets_and_keep_frozensets() -> None:
@@ -185,6 +216,29 @@ def test_the_json_report_is_built_per_adapter_and_is_the_same_text(
         "by_code": {"LG101": 1, "LG108": 1, "LG110": 1}}
     empty = lg.check_adapters([])
     assert empty.to_json() == json.dumps(empty.to_dict(), indent=2)
+
+
+def test_the_json_report_spells_odd_values_as_json_dumps_does(tmp_path: pathlib.Path) -> None:
+    """The report's JSON is written by its own encoder: names with quotes, backslashes,
+    newlines and non-ASCII, empty lists and nested details come out as `json.dumps` writes
+    them."""
+    import json
+
+    odd = tmp_path / 'set "q"\\x\ny é 中'
+    write_adapter(odd / "big\tone", rank=64, targets=("q_proj", "embed_tokens"))
+    for defect in ("orphan-a", "empty-tensor", "mixed-dtype"):
+        write_adapter(odd / defect, defects=(defect,))
+    write_adapter(odd / "broken", defects=("invalid-header-json",))
+    report = lg.check_adapters([odd, tmp_path / "missing"], lg.ServingLimits(
+        max_rank=16, dtypes=("bfloat16",), max_loras=1, target_modules=("v_proj",)))
+    assert {"LG101", "LG103", "LG104", "LG106", "LG107", "LG108", "LG110"} <= set(
+        report.codes())
+    assert report.to_json() == json.dumps(report.to_dict(), indent=2)
+    assert "\\u4e2d" in report.to_json()  # ensure_ascii, as json.dumps
+    assert checker._indented({"f": [1.5, float("nan"), -float("inf"), True, None, {}, []],
+                              3: (), "k": {"x": "\u00e9\n"}}, "\n") == json.dumps(
+        {"f": [1.5, float("nan"), -float("inf"), True, None, {}, []], 3: (),
+         "k": {"x": "\u00e9\n"}}, indent=2)
 
 
 def test_a_guarded_cache_reads_through_the_store_and_still_refuses_a_collision() -> None:

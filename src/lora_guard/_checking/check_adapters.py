@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import pathlib
+import re
 import stat
 import types
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Union, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Union, cast
 
 from lora_guard._checking.checks import MoELayout, check_moe_layouts
 from lora_guard._checking.registry import registered_violations
 from lora_guard._core.config import report as _report
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import (
+    CONFIG_NAME,
     FEATURES,
     AdapterSpec,
     LoRAModuleSpec,
@@ -353,7 +357,7 @@ class Report:
             for s in self.adapters:
                 index.setdefault(str(s.path), s)
             object.__setattr__(self, "_spec_index", index)
-        return index.get(_spec_key(adapter_id))
+        return _lookup(index, adapter_id)
 
     def codes(self) -> list[str]:
         """The codes of `violations`, in order."""
@@ -372,14 +376,14 @@ class Report:
         """`to_dict` as JSON text, exactly ``json.dumps(report.to_dict(), indent=2)``, built
         one adapter at a time so that 100,000 adapters never exist as one nested dict."""
         text = json.dumps(self._dict(_ADAPTERS_HOLE), indent=2)
-        entries = [json.dumps(e, indent=2).replace("\n", "\n    ") for e in self._entries()]
+        entries = [_indented(e, "\n    ") for e in self._entries()]
         listed = "[\n    " + ",\n    ".join(entries) + "\n  ]" if entries else "[]"
         return text.replace(json.dumps(_ADAPTERS_HOLE), listed, 1)
 
     def _entries(self) -> Iterator[dict[str, Any]]:
         specs = {str(s.path): s for s in self.adapters}
         for adapter_id in self.ids:
-            yield _entry(adapter_id, specs.get(_spec_key(adapter_id)),
+            yield _entry(adapter_id, _lookup(specs, adapter_id),
                          self.by_adapter.get(adapter_id, ()))
 
     def _dict(self, adapters: Any) -> dict[str, Any]:
@@ -431,6 +435,63 @@ def _entry(adapter_id: str, spec: AdapterSpec | None,
 
 def _spec_key(adapter_id: str) -> str:
     return str(pathlib.Path(adapter_id))
+
+
+def _lookup(index: Mapping[str, AdapterSpec], adapter_id: str) -> AdapterSpec | None:
+    """``index.get(_spec_key(adapter_id))``, without building a path for an id that is
+    already spelled as its path (every id the search finds; the spelling is idempotent)."""
+    found = index.get(adapter_id)
+    return found if found is not None else index.get(_spec_key(adapter_id))
+
+
+_ENCODE_STR = json.encoder.encode_basestring_ascii
+
+
+def _indented(value: Any, pad: str) -> str:
+    """``json.dumps(value, indent=2)`` with every line after the first indented by ``pad``'s
+    spaces (``pad`` is a newline and the indent of ``value``'s level): the same text,
+    without the encoder's generator machinery (the report's JSON is 2-3x faster). A value
+    this does not know is handed to `json.dumps`, which says why it cannot be encoded."""
+    if isinstance(value, str):
+        return _ENCODE_STR(value)
+    if value is None or value is True or value is False:
+        return "null" if value is None else "true" if value else "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        return _float_text(value)
+    inner = pad + "  "
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "[]"
+        return "[" + inner + ("," + inner).join([_indented(v, inner) for v in value]) + (
+            pad + "]")
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return "{" + inner + ("," + inner).join([
+            _key_text(k) + ": " + _indented(v, inner) for k, v in value.items()]) + pad + "}"
+    return json.dumps(value, indent=2)  # raises TypeError naming the type
+
+
+def _float_text(value: float) -> str:
+    """A float as `json.dumps` writes it (``allow_nan``: NaN, Infinity, -Infinity)."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return float.__repr__(value)
+
+
+def _key_text(key: Any) -> str:
+    """A dict key as `json.dumps` writes it: strings as they are, numbers, booleans and None
+    as their JSON text, quoted."""
+    if isinstance(key, str):
+        return _ENCODE_STR(key)
+    if isinstance(key, (int, float)) or key is None:
+        text = _indented(key, "")
+        return _ENCODE_STR(text)
+    return json.dumps({key: None})  # raises TypeError naming the key's type
 
 
 def _fetch_remote(items: list[PathOrSpec]) -> dict[int, list[tuple[str, Future[Any]]]]:
@@ -520,12 +581,35 @@ def _children(here: str, found: list[_Found]) -> list[os.DirEntry[str]]:
     """The entries of a folder in name order; a folder that cannot be read is reported."""
     try:
         with os.scandir(here) as entries:
-            return sorted(entries, key=lambda e: e.name)
+            return sorted(entries, key=_BY_NAME)
     except OSError as exc:
         found.append((here, Malformed(
             here, f"folder cannot be read ({exc.strerror or type(exc).__name__}); "
             "adapters in it were not checked", kind="not-found"), here))
         return []
+
+
+_BY_NAME = operator.attrgetter("name")
+
+
+_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks
+
+
+def _adapter_dir(folder: str) -> bool:
+    """`is_adapter_dir` of a folder the search lists, its first lookup (the config) made
+    directly: an adapter folder costs one ``faccessat`` (an ``lstat`` that builds no
+    result), a folder without a config the other lookups."""
+    config = folder + os.sep + CONFIG_NAME
+    try:
+        if _ACCESS_NOFOLLOW:
+            if os.access(config, os.F_OK, follow_symlinks=False):
+                return True
+        else:
+            os.lstat(config)
+            return True
+    except (OSError, ValueError):
+        pass
+    return is_adapter_dir(folder)
 
 
 def _child(here: str, entry: os.DirEntry[str]) -> str:
@@ -549,7 +633,7 @@ def _visit(entry: os.DirEntry[str], here: str, real: str, depth: int, shown: str
             return False
     except OSError:
         return False
-    if is_adapter_dir(child):
+    if _adapter_dir(child):
         found.append((child, child, join_name(real, entry.name)))
         return False
     if depth + 1 >= MAX_SEARCH_DEPTH:
@@ -673,8 +757,14 @@ _OTHER_TOWERS = {
 }
 
 
+_ANY_TOWER = re.compile("|".join(re.escape(mark) for marks in _OTHER_TOWERS.values()
+                                 for mark in marks))
+
+
 def _tower(module: str) -> str | None:
     """``vision`` or ``audio`` for a module of a non-text tower, else None."""
+    if _ANY_TOWER.search(module) is None:  # one scan for every mark (most modules)
+        return None
     for tower, marks in _OTHER_TOWERS.items():
         if any(mark in module for mark in marks):
             return tower
@@ -698,11 +788,18 @@ def _foreign(module: LoRAModuleSpec, base: BaseModelDims,
     names changed between transformers releases (``block_sparse_moe.experts.0.w1``). A packed
     name whose parts the base has (``qkv_proj`` on Llama) is the base's unless the engine
     loads only the base's own names (``packed-names-native``)."""
-    names = ARCHITECTURE_NAMES.get(base.model_type or "")
-    if names is None or ".experts." in module.module + ".":
+    model_type = base.model_type or ""
+    if model_type not in ARCHITECTURE_NAMES:
         return False
-    fused_ok = "packed-names-native" not in rules
-    path = module.module
+    return _foreign_name(module.module, model_type, "packed-names-native" not in rules)
+
+
+@functools.lru_cache(maxsize=4096)
+def _foreign_name(path: str, model_type: str, fused_ok: bool) -> bool:
+    """`_foreign` of a module path (asked for every module of every adapter: remembered)."""
+    names = ARCHITECTURE_NAMES[model_type]
+    if ".experts." in path + ".":
+        return False
     while path.endswith(".base_layer"):
         path = path[: -len(".base_layer")]
     leaf = path.rsplit(".", 1)[-1]
@@ -768,6 +865,10 @@ def _check_fit(module: LoRAModuleSpec, expected_in: Expected, expected_out: Expe
                grouped: _Grouped, module_kind: str | None = None) -> None:
     """LG109: A's in dim and B's out dim against the module's dims on the base model
     (an embedding's in dim and lm_head's out dim are the vocab)."""
+    got_in, got_out = module.in_features, module.out_features
+    if (got_in is None or expected_in[0] is None or got_in == expected_in[0]) and (
+            got_out is None or expected_out[0] is None or got_out == expected_out[0]):
+        return  # both dims fit (most modules)
     key = module.a_key or module.b_key or module.module
     kind_name = module_kind or module.target
     sides = (("in", module.in_features, expected_in, module.a_key, module.kind == "embedding"),
@@ -848,20 +949,19 @@ def _scaling(alpha: float, rank: int, rslora: bool) -> float:
 
 
 def _engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
-                  found: list[Violation]) -> None:
+                  found: list[Violation], memo: _Memo | None = None) -> None:
     """The engine's own rules of one adapter (LG111, LG112, LG202)."""
     engine = limits.engine or "the server"
     rules = limits.engine_rules
-    modules = [m for m in spec.modules.values() if m.rank]
     targets = spec.config.get("target_modules")
     if "target-modules-list" in rules and isinstance(targets, str) and (
             targets not in ("all", "all-linear")):
         found.append(make_violation("LG202", "target-string", subject, value=targets,
                                     engine=engine))
     if "packed-ranks-uniform" in rules:
-        found.extend(_packed_ranks(subject, modules, engine))
+        found.extend(_packed_ranks(subject, spec.modules, engine, memo))
     if "one-scaling" in rules:
-        found.extend(_one_scaling(subject, spec.config, modules, engine))
+        found.extend(_one_scaling(subject, spec.config, spec.modules, engine))
     if "plain-embeddings-refused" in rules:
         found.extend(_plain_embeddings(subject, spec, engine))
 
@@ -877,14 +977,20 @@ def _plain_embeddings(subject: str, spec: AdapterSpec, engine: str) -> list[Viol
         if what == "embedding-base" and not key.endswith(".base_layer.weight")][:_MAX_PER_KIND]
 
 
-def _packed_ranks(subject: str, modules: list[LoRAModuleSpec], engine: str) -> list[Violation]:
-    """LG111: the parts of one packed module at different ranks."""
+def _packed_ranks(subject: str, modules: Mapping[str, LoRAModuleSpec], engine: str,
+                  memo: _Memo | None = None) -> list[Violation]:
+    """LG111: the parts of one packed module at different ranks (modules without a rank are
+    not compared); a header found uniform once is not grouped again."""
+    if memo is not None and memo.packed.get(id(modules)) is modules:
+        return []
     groups: dict[tuple[str, str], dict[str, int]] = {}
-    for m in modules:
-        parent = _packed_parent(m)
+    for m in modules.values():
+        parent = _packed_parent(m) if m.rank else None
         if parent is not None:
             groups.setdefault(parent, {})[m.target] = int(m.rank or 0)
     bad = [(k, v) for k, v in groups.items() if len(set(v.values())) > 1]
+    if memo is not None and not bad:
+        _remember(memo.packed, id(modules), modules)
     return [make_violation(
         "LG111", "packed", subject, packed=packed, layer=layer or "the model",
         parts=", ".join(sorted(parts)),
@@ -892,10 +998,10 @@ def _packed_ranks(subject: str, modules: list[LoRAModuleSpec], engine: str) -> l
         for (layer, packed), parts in bad[:_MAX_PER_KIND]]
 
 
-def _one_scaling(subject: str, config: Mapping[str, Any], modules: list[LoRAModuleSpec],
-                 engine: str) -> list[Violation]:
-    """LG112: a module whose own rank or alpha gives another scaling than the one the
-    engine applies to every module (``lora_alpha / r``)."""
+def _one_scaling(subject: str, config: Mapping[str, Any],
+                 modules: Mapping[str, LoRAModuleSpec], engine: str) -> list[Violation]:
+    """LG112: a module (with a rank) whose own rank or alpha gives another scaling than the
+    one the engine applies to every module (``lora_alpha / r``)."""
     try:
         r, alpha = int(config["r"]), float(config.get("lora_alpha", 8))
     except (KeyError, TypeError, ValueError):
@@ -906,24 +1012,44 @@ def _one_scaling(subject: str, config: Mapping[str, Any], modules: list[LoRAModu
     served = alpha / r
     ranks = config.get("rank_pattern") or {}
     alphas = config.get("alpha_pattern") or {}
-    wrong: list[tuple[str, float, str]] = []
-    for m in modules:
-        rank = pattern_value(ranks, m.module) if ranks else None
-        own_alpha = pattern_value(alphas, m.module) if alphas else None
-        rank = int(rank) if isinstance(rank, (int, float)) and rank > 0 else r
-        a = float(own_alpha) if isinstance(own_alpha, (int, float)) else alpha
-        expected = _scaling(a, rank, rslora)
-        if abs(expected - served) > 1e-6 * max(abs(served), 1.0):
-            why = ", ".join(x for x in (
-                f"rank {rank}" if rank != r else "", f"alpha {a:g}" if a != alpha else "",
-                "rsLoRA" if rslora else "") if x)
-            wrong.append((m.module, expected, why))
+    if ranks or alphas:
+        wrong = _own_scalings(modules, ranks, alphas, r, alpha, rslora, served)
+    else:  # every module at r and lora_alpha: one scaling, compared once
+        expected = _scaling(alpha, r, rslora)
+        wrong = [] if not _scaling_differs(expected, served) else [
+            (m.module, expected, "rsLoRA" if rslora else "") for m in modules.values()
+            if m.rank]
     if not wrong:
         return []
     name, expected, why = wrong[0]
     return [make_violation(
         "LG112", "scaling", subject, module=_more(name, len(wrong)),
         expected=f"{expected:.4g}", why=why, engine=engine, served=f"{served:.4g}")]
+
+
+def _scaling_differs(expected: float, served: float) -> bool:
+    return abs(expected - served) > 1e-6 * max(abs(served), 1.0)
+
+
+def _own_scalings(modules: Mapping[str, LoRAModuleSpec], ranks: Mapping[str, Any],
+                  alphas: Mapping[str, Any], r: int, alpha: float, rslora: bool,
+                  served: float) -> list[tuple[str, float, str]]:
+    """(module, its scaling, why) of each module whose patterns give another scaling."""
+    wrong: list[tuple[str, float, str]] = []
+    for m in modules.values():
+        if not m.rank:
+            continue
+        rank = pattern_value(ranks, m.module) if ranks else None
+        own_alpha = pattern_value(alphas, m.module) if alphas else None
+        rank = int(rank) if isinstance(rank, (int, float)) and rank > 0 else r
+        a = float(own_alpha) if isinstance(own_alpha, (int, float)) else alpha
+        expected = _scaling(a, rank, rslora)
+        if _scaling_differs(expected, served):
+            why = ", ".join(x for x in (
+                f"rank {rank}" if rank != r else "", f"alpha {a:g}" if a != alpha else "",
+                "rsLoRA" if rslora else "") if x)
+            wrong.append((m.module, expected, why))
+    return wrong
 
 
 def _block_diagonal(bd: object, module: LoRAModuleSpec) -> LoRAModuleSpec:
@@ -961,21 +1087,52 @@ _ORDER = {c: i for i, c in enumerate(
 """The order of one adapter's violations in a report."""
 
 
+class _Memo:
+    """What one run's checks remember across adapters: outcomes that depend only on a
+    header's tensors and modules (and the run's fixed limits). The reader hands adapters whose
+    headers differ only in their metadata (a recipe's adapters) the same ``tensors`` and
+    ``modules`` mappings, so each outcome is computed once per recipe, not once per adapter.
+    Entries are keyed by the mappings' identities and hold the mappings (an identity cannot
+    be reused while its entry lives); each memory is bounded."""
+
+    __slots__ = ("empty", "modules", "moe", "packed")
+
+    def __init__(self) -> None:
+        self.empty: dict[int, tuple[Mapping[str, Any],
+                                    tuple[tuple[str, ...], frozenset[str]]]] = {}
+        self.modules: dict[tuple[int, int], _ModuleOutcome] = {}
+        self.moe: dict[int, Mapping[str, Any]] = {}
+        self.packed: dict[int, Mapping[str, Any]] = {}
+
+
+_MEMO_SIZE = 256
+
+
+def _remember(memory: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(memory) >= _MEMO_SIZE:
+        memory.clear()
+    memory[key] = value
+
+
 def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                 vocab_size: int | None = None,
                 module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
+                memo: _Memo | None = None,
                 ) -> list[Violation]:
     found: list[Violation] = []
     grouped = _Grouped()
-    empty = _file_checks(subject, spec, limits, found, vocab_size, module_dims)
-    ranks = _module_checks(subject, spec, limits, found, grouped, empty, vocab_size,
-                           module_dims)
-    if limits.base is not None:
+    empty = _file_checks(subject, spec, limits, found, vocab_size, module_dims, memo)
+    if memo is not None and vocab_size is None and module_dims is None:
+        ranks = _remembered_module_checks(subject, spec, limits, found, grouped, empty, memo)
+    else:
+        ranks = _module_checks(subject, spec, limits, found, grouped, empty, vocab_size,
+                               module_dims)
+    if limits.base is not None and spec.extra_keys:
         _check_saved_embeddings(spec, limits.base, grouped)
     _rank_checks(subject, spec, limits, ranks, found)
     _dtype_checks(subject, spec, limits, found)
     if limits.engine_rules:
-        _engine_rules(subject, spec, limits, found)
+        _engine_rules(subject, spec, limits, found, memo)
     if "init-rerun" in limits.engine_rules and str(
             spec.config.get("init_lora_weights")).lower() in _RERUN_INITS:
         found = [v for v in found if v.code != "LG116"]  # PEFT redoes the init when it loads
@@ -984,7 +1141,7 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
         found.append(make_violation(code, variant, subject, **{
             **details, target: _more(name, count)}))
     if spec.moe_layout is not None:  # LG002: one adapter whose own MoE weights mix layouts
-        found.extend(check_moe_layouts(subject, spec.tensors)[1])
+        found.extend(_mixed_layouts(subject, spec.tensors, memo))
     found.extend(registered_violations(subject, spec, limits))  # invariants defined in one unit
     if len(found) > 1:
         found.sort(key=lambda v: _ORDER.get(v.code, 99))
@@ -993,7 +1150,8 @@ def _check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
 
 def _file_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
                  found: list[Violation], vocab_size: int | None,
-                 module_dims: Mapping[str, Any] | None) -> frozenset[str]:
+                 module_dims: Mapping[str, Any] | None,
+                 memo: _Memo | None = None) -> frozenset[str]:
     """What the adapter as a whole holds: LG115, LG116, LG105, LG118, LG121, LG104, LG107.
     Returns the keys of the zero-size tensors."""
     # LG115: no tensors at all (the adapter would serve the base model)
@@ -1023,11 +1181,39 @@ def _file_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
         found.append(make_violation("LG104", "grammar", subject,
                                     key=f"... and {rest} more keys"))
     # LG107: zero-size tensors
-    empty = [key for key, info in spec.tensors.items() if 0 in info.shape]
-    for key in empty:
+    ordered, empty = _empty_tensors(spec.tensors, memo)
+    for key in ordered:
         found.append(make_violation("LG107", "empty", subject, key=key,
                                     shape=spec.tensors[key].shape))
-    return frozenset(empty)
+    return empty
+
+
+_NO_KEYS: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
+
+
+def _empty_tensors(tensors: Mapping[str, Any],
+                   memo: _Memo | None) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The keys of the zero-size tensors, in the header's order and as a set."""
+    if memo is not None:
+        hit = memo.empty.get(id(tensors))
+        if hit is not None and hit[0] is tensors:
+            return hit[1]
+    ordered = tuple([key for key, info in tensors.items() if 0 in info.shape])
+    empty = (ordered, frozenset(ordered)) if ordered else _NO_KEYS
+    if memo is not None:
+        _remember(memo.empty, id(tensors), (tensors, empty))
+    return empty
+
+
+def _mixed_layouts(subject: str, tensors: Mapping[str, Any],
+                   memo: _Memo | None) -> list[Violation]:
+    """LG002 within one adapter; a header found unmixed once is not classified again."""
+    if memo is not None and memo.moe.get(id(tensors)) is tensors:
+        return []
+    mixed = check_moe_layouts(subject, tensors)[1]
+    if memo is not None and not mixed:
+        _remember(memo.moe, id(tensors), tensors)
+    return mixed
 
 
 def _total_bytes(spec: AdapterSpec) -> int:
@@ -1090,6 +1276,41 @@ def _embedding_checks(subject: str, spec: AdapterSpec, found: list[Violation]) -
                 "LG118", "embedding", subject, key=key, shape=info.shape,
                 nbytes=f"{info.nbytes:,}", bytes=info.nbytes,
                 share=_share(info.nbytes, _total_bytes(spec)), module=leaf))
+
+
+class _ModuleOutcome(NamedTuple):
+    """What `_module_checks` found for one header's modules at one config ``r``."""
+
+    modules: Mapping[str, LoRAModuleSpec]
+    tensors: Mapping[str, Any]
+    grouped: tuple[tuple[tuple[Any, ...], str, int, dict[str, Any]], ...]
+    ranks: tuple[tuple[int, str], ...]
+
+
+def _remembered_module_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
+                              found: list[Violation], grouped: _Grouped,
+                              empty: frozenset[str], memo: _Memo) -> dict[int, str]:
+    """`_module_checks` in a set check, once per header and ``r``: the modules' outcome is
+    the same for every adapter of a recipe. Computed each time: a ``rank_pattern`` or
+    ``use_bdlora`` (they change what each module is compared with), and an outcome with an
+    LG102 between A and B (its message names the adapter)."""
+    config = spec.config
+    if config.get("use_bdlora") is not None or config.get("rank_pattern"):
+        return _module_checks(subject, spec, limits, found, grouped, empty, None, None)
+    modules, tensors = spec.modules, spec.tensors
+    key = (id(modules), int(config["r"]))
+    hit = memo.modules.get(key)
+    if hit is not None and hit.modules is modules and hit.tensors is tensors:
+        for group, name, count, details in hit.grouped:
+            grouped.items[group] = [name, count, details]
+        return dict(hit.ranks)
+    before = len(found)
+    ranks = _module_checks(subject, spec, limits, found, grouped, empty, None, None)
+    if len(found) == before:
+        _remember(memo.modules, key, _ModuleOutcome(
+            modules, tensors, tuple((group, name, count, details) for group, (
+                name, count, details) in grouped.items.items()), tuple(ranks.items())))
+    return ranks
 
 
 def _module_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
@@ -1351,12 +1572,13 @@ def _internal_error(subject: str, exc: BaseException) -> Violation:
 
 def _read(adapter_id: str, subject: str, target: _Target) -> AdapterSpec | Violation:
     """The adapter's spec, or the violation that says why it cannot be read."""
-    if isinstance(target, Future):
-        target = target.result()
-    if isinstance(target, Malformed):
-        return malformed_violation(subject, target)
-    if isinstance(target, AdapterSpec):
-        return target
+    if type(target) is not str:  # a folder found by the search (most) goes straight on
+        if isinstance(target, Future):
+            target = target.result()
+        if isinstance(target, Malformed):
+            return malformed_violation(subject, target)
+        if isinstance(target, AdapterSpec):
+            return target
     try:
         if isinstance(target, str):  # found by the search: a folder, not stat'ed again
             return read_folder(_folder(target))
@@ -1375,10 +1597,28 @@ def _read(adapter_id: str, subject: str, target: _Target) -> AdapterSpec | Viola
 _PARENTS: dict[str, pathlib.Path] = {}
 
 
+def _child_maker() -> Callable[[pathlib.Path, str], pathlib.Path] | None:
+    """``pathlib``'s own way to make ``parent / name`` for a plain name without parsing it
+    again (a third of the cost of ``/``), when this Python has it and it gives exactly what
+    ``/`` gives; else None (``/`` is used)."""
+    make = getattr(pathlib.Path, "_make_child_relpath", None)
+    try:
+        probe = make(pathlib.Path("/p"), "q") if callable(make) else None
+    except Exception:  # a private method whose signature changed: not used
+        return None
+    if not (isinstance(probe, pathlib.Path) and probe == pathlib.Path("/p/q")
+            and str(probe) == "/p/q" and probe.name == "q"):
+        return None
+    return cast(Callable[[pathlib.Path, str], pathlib.Path], make)
+
+
+_CHILD = _child_maker()
+
+
 def _folder(found: str) -> pathlib.Path:
     """The path of a folder the search found, built on its parent's (the adapters of one
     folder share the parts of its path: 100,000 paths hold their own names only)."""
-    head, name = os.path.split(found)
+    head, _, name = found.rpartition(os.sep)
     if not head or not name:
         return pathlib.Path(found)
     parent = _PARENTS.get(head)
@@ -1386,15 +1626,15 @@ def _folder(found: str) -> pathlib.Path:
         if len(_PARENTS) >= 64:
             _PARENTS.clear()
         parent = _PARENTS[head] = pathlib.Path(head)
-    return parent / name
+    return parent / name if _CHILD is None else _CHILD(parent, name)
 
 
 def _verdict(adapter_id: str, subject: str, spec: AdapterSpec, limits: ServingLimits,
-             scan_values: bool) -> tuple[list[Violation], bool]:
+             scan_values: bool, memo: _Memo | None = None) -> tuple[list[Violation], bool]:
     """Every check of one readable adapter: its violations (LG900 for a bug in a check), and
     whether the checks ran to the end."""
     try:
-        found = _check_spec(subject, spec, limits)
+        found = _check_spec(subject, spec, limits, memo=memo)
         if scan_values:
             from lora_guard._checking.values import (
                 scan_violations,  # reads values: only when asked
@@ -1428,6 +1668,7 @@ class _SetCheck:
                               and limits.max_rank is None)
         self.largest_r: int | None = None
         self.patterns: list[tuple[str, Mapping[str, Any]]] = []
+        self.memo = _Memo()
 
     def add(self, adapter_id: str, target: _Target) -> None:
         self.ids.append(adapter_id)
@@ -1436,7 +1677,8 @@ class _SetCheck:
         if isinstance(read, Violation):
             self.by_adapter[adapter_id] = (read,)
             return
-        found, checked = _verdict(adapter_id, subject, read, self.limits, self.scan_values)
+        found, checked = _verdict(adapter_id, subject, read, self.limits, self.scan_values,
+                                  self.memo)
         if checked:
             self.specs.append(read)
             self._across(adapter_id, read, found)
