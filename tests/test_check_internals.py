@@ -60,6 +60,38 @@ def test_with_lora_guard_debug_the_bug_raises_with_its_traceback(
     assert raised.traceback[-1].name == "_broken_check"
 
 
+@pytest.mark.lora_guard(expect=["LG900"], reason="the reader made to fail on purpose")
+def test_a_bug_in_the_reader_is_lg900_for_its_adapter_only(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The checker reads a folder's adapters together, a phase at a time: a reader bug on
+    one adapter is that adapter's LG900, and the adapters around it are read and checked."""
+    from lora_guard._reading import adapters
+
+    for name, rank in (("a", 8), ("b", 64), ("c", 8)):
+        write_adapter(tmp_path / "set" / name, rank=rank)
+    monkeypatch.delenv("LORA_GUARD_DEBUG", raising=False)
+    real = adapters.build_spec
+
+    def fails_on_b(folder: pathlib.Path, *args: object, **kwargs: object) -> object:
+        if folder.name == "b":
+            _broken_check()
+        return real(folder, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(adapters, "build_spec", fails_on_b)
+    report = lg.check_adapters(tmp_path / "set", lg.ServingLimits(max_rank=16))
+    assert report.codes() == ["LG900"]
+    assert report.violations[0].subject.endswith("/b'")
+    assert [spec.name for spec in report.adapters] == ["a", "c"]
+    with pytest.raises(lg.AdapterError, match="LG900"):
+        report.enforce()
+
+    monkeypatch.setenv("LORA_GUARD_DEBUG", "1")
+    with pytest.raises(KeyError, match="dims") as raised:
+        lg.check_adapters(tmp_path / "set")
+    assert raised.traceback[-1].name == "_broken_check"
+
+
 @pytest.mark.parametrize(
     ("config", "problem"),
     [

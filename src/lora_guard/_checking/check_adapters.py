@@ -33,6 +33,7 @@ from lora_guard._reading.adapters import (
     parameter_key,
     pattern_value,
     read_folder,
+    read_folders,
 )
 from lora_guard._reading.architectures import ARCHITECTURE_NAMES
 from lora_guard._reading.basemodel import BaseModelDims, load_base_config
@@ -1516,11 +1517,31 @@ def check_adapters(
     discovered = _discover_all(_as_list(paths_or_specs))
     run = _SetCheck(limits, scan_values)
     total = len(discovered)
-    for done, (adapter_id, target) in enumerate(discovered, 1):
-        run.add(adapter_id, target)
-        if progress is not None:
-            progress(done, total)
+    for start in range(0, total, _BATCH):
+        batch = discovered[start:start + _BATCH]
+        reads = _read_found(batch)
+        for done, ((adapter_id, target), read) in enumerate(
+                zip(batch, reads, strict=True), start + 1):
+            run.add(adapter_id, target, read)
+            if progress is not None:
+                progress(done, total)
     return run.report()
+
+
+_BATCH = 32
+"""Adapters read together, a phase at a time (`read_folders`), then checked one by one."""
+
+
+def _read_found(batch: list[tuple[str, _Target]]) -> list[AdapterSpec | Exception | None]:
+    """What `read_folders` gives each folder the search found in ``batch``; None for the
+    other targets (given specs, remote reads, named paths), which `_read` reads."""
+    found = [i for i, (_, target) in enumerate(batch) if type(target) is str]
+    reads: list[AdapterSpec | Exception | None] = [None] * len(batch)
+    if found:
+        results = read_folders([_folder(cast(str, batch[i][1])) for i in found])
+        for i, result in zip(found, results, strict=True):
+            reads[i] = result
+    return reads
 
 
 def _limits_argument(owner: str, limits: object) -> ServingLimits:
@@ -1583,36 +1604,25 @@ def _read(adapter_id: str, subject: str, target: _Target) -> AdapterSpec | Viola
         if isinstance(target, str):  # found by the search: a folder, not stat'ed again
             return read_folder(_folder(target))
         return load_spec(cast(pathlib.Path, target))
-    except Malformed as exc:
+    except Exception as exc:
+        return _unreadable(adapter_id, subject, exc)
+
+
+def _unreadable(adapter_id: str, subject: str, exc: Exception) -> Violation:
+    """The violation of an adapter whose reading raised ``exc``: LG108 for what the files
+    say (never a crash for one bad adapter), LG900 for a bug in the reader (re-raised, with
+    its traceback, when ``LORA_GUARD_DEBUG=1``)."""
+    if isinstance(exc, Malformed):
         return malformed_violation(subject, exc)
-    except _FILE_ERRORS as exc:  # never a crash for one bad adapter
+    if isinstance(exc, _FILE_ERRORS):
         return malformed_violation(subject, Malformed(
             adapter_id, f"could not be checked ({type(exc).__name__}: {exc})"))
-    except Exception as exc:
-        if _debugging():
-            raise
-        return _internal_error(subject, exc)
+    if _debugging():
+        raise exc
+    return _internal_error(subject, exc)
 
 
 _PARENTS: dict[str, pathlib.Path] = {}
-
-
-def _child_maker() -> Callable[[pathlib.Path, str], pathlib.Path] | None:
-    """``pathlib``'s own way to make ``parent / name`` for a plain name without parsing it
-    again (a third of the cost of ``/``), when this Python has it and it gives exactly what
-    ``/`` gives; else None (``/`` is used)."""
-    make = getattr(pathlib.Path, "_make_child_relpath", None)
-    try:
-        probe = make(pathlib.Path("/p"), "q") if callable(make) else None
-    except Exception:  # a private method whose signature changed: not used
-        return None
-    if not (isinstance(probe, pathlib.Path) and probe == pathlib.Path("/p/q")
-            and str(probe) == "/p/q" and probe.name == "q"):
-        return None
-    return cast(Callable[[pathlib.Path, str], pathlib.Path], make)
-
-
-_CHILD = _child_maker()
 
 
 def _folder(found: str) -> pathlib.Path:
@@ -1626,7 +1636,7 @@ def _folder(found: str) -> pathlib.Path:
         if len(_PARENTS) >= 64:
             _PARENTS.clear()
         parent = _PARENTS[head] = pathlib.Path(head)
-    return parent / name if _CHILD is None else _CHILD(parent, name)
+    return parent / name
 
 
 def _verdict(adapter_id: str, subject: str, spec: AdapterSpec, limits: ServingLimits,
@@ -1670,10 +1680,19 @@ class _SetCheck:
         self.patterns: list[tuple[str, Mapping[str, Any]]] = []
         self.memo = _Memo()
 
-    def add(self, adapter_id: str, target: _Target) -> None:
+    def add(self, adapter_id: str, target: _Target,
+            read_already: AdapterSpec | Exception | None = None) -> None:
+        """Check one adapter: ``read_already`` is its spec or the error reading it raised,
+        when it was read with others (`_read_found`); else it is read here."""
         self.ids.append(adapter_id)
         subject = f"adapter {adapter_id!r}"
-        read = _read(adapter_id, subject, target)
+        read: AdapterSpec | Violation
+        if read_already is None:
+            read = _read(adapter_id, subject, target)
+        elif isinstance(read_already, Exception):
+            read = _unreadable(adapter_id, subject, read_already)
+        else:
+            read = read_already
         if isinstance(read, Violation):
             self.by_adapter[adapter_id] = (read,)
             return
