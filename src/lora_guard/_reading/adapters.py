@@ -1078,6 +1078,27 @@ def _rank_and_experts(kind: str, target: str, a_shape: tuple[int, ...] | None,
     return None, None
 
 
+_FEATURE_FLAGS = ("use_dora", "lora_bias", "modules_to_save", "alora_invocation_tokens",
+                  "layer_replication", "use_qalora", "use_bdlora", "trainable_token_indices",
+                  "bias", "peft_type")
+
+
+def _fields(config: Mapping[str, Any], names: tuple[str, ...]) -> list[Any]:
+    """``[config.get(name) for name in names]`` in one call (a `FrozenConfig`'s ``get`` is a
+    Python call; the reader asks a dozen fields of every config)."""
+    if type(config) is not FrozenConfig:
+        return [config.get(name) for name in names]
+    index, values = config._index, config._values
+    return [None if i is None else values[i] for i in map(index.get, names)]
+
+
+def _plain(config: Mapping[str, Any]) -> bool:
+    """Whether the config turns on none of `_features`' flags, told in one look (the usual
+    adapter); False sends it through every rule."""
+    *flags, tokens, bias, peft_type = _fields(config, _FEATURE_FLAGS)
+    return not any(flags) and tokens is None and bias == "none" and peft_type == "LORA"
+
+
 def _features(config: Mapping[str, Any], extra: Mapping[str, str],
               added_tokens: Mapping[str, int] | None = None) -> dict[str, Any]:
     found: dict[str, Any] = {}
@@ -1230,7 +1251,8 @@ def build_spec(
     return _built_spec(
         folder, config if type(config) is FrozenConfig else FrozenConfig(config),
         parts.tensors, parts.modules, parts.rank or int(config["r"]), parts.layout,
-        parts.targets, _read_only(_features(config, parts.extra, added_tokens)), parts.dtypes,
+        parts.targets, _NO_STRINGS if not parts.extra and not added_tokens and _plain(config)
+        else _read_only(_features(config, parts.extra, added_tokens)), parts.dtypes,
         size, _read_only(metadata), parts.unknown, parts.extra, url, transferred, weights_file)
 
 
@@ -1260,18 +1282,21 @@ class _Parts(NamedTuple):
 _PARTS: dict[tuple[Any, ...], tuple[dict[str, TensorInfo], _Parts]] = {}
 
 
+_PARTS_FIELDS = ("rank_pattern", "alpha_pattern", "target_parameters", "modules_to_save", "r",
+                 "bias")
+
+
 def _parts_of(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Parts:
     """`_Parts` of a header, remembered: headers that differ only in their metadata (or are
     byte-identical) hold the same keys and the same shared `TensorInfo` objects. The key is
     the keys and the entries' identities; the memory holds the first map, which keeps those
     entries alive, so an identity in a key cannot be reused while its entry lives. Configs
     with patterns or ``target_parameters`` (which change the modules) are not remembered."""
-    if config.get("rank_pattern") or config.get("alpha_pattern") or config.get(
-            "target_parameters"):
+    ranks, alphas, wrapped, saved, r, bias = _fields(config, _PARTS_FIELDS)
+    if ranks or alphas or wrapped:
         return _new_parts(tensors, config)
-    saved = config.get("modules_to_save")
-    key = (tuple(tensors), tuple(map(id, tensors.values())), config.get("r"),
-           config.get("bias"), tuple(saved) if isinstance(saved, list) else saved)
+    key = (tuple(tensors), tuple(map(id, tensors.values())), r, bias,
+           tuple(saved) if isinstance(saved, list) else saved)
     found = _PARTS.get(key)
     if found is not None:
         return found[1]
