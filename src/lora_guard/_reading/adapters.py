@@ -419,6 +419,7 @@ def _link_root(folder: pathlib.Path) -> str:
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks
 
 
 def _reason(exc: OSError) -> str:
@@ -1210,6 +1211,9 @@ def read_folders(folders: Sequence[pathlib.Path]) -> list[AdapterSpec | Exceptio
 def _read_added_tokens(folder: pathlib.Path) -> dict[str, int] | None:
     """``added_tokens.json`` (token -> id, as a tokenizer saves it) when the folder ships one,
     read by the rules of ``adapter_config.json`` (no symlink out, size cap, strict JSON)."""
+    if _ACCESS_NOFOLLOW and not os.access(join_name(os.fspath(folder), ADDED_TOKENS_NAME),
+                                          os.F_OK, follow_symlinks=False):
+        return None  # nearly every adapter: told without raising FileNotFoundError
     opened = _open_regular(folder, ADDED_TOKENS_NAME)
     if opened is None:
         return None

@@ -198,7 +198,13 @@ def strict_json(text: str, colons: int, keys: int | None = None) -> Any:
     nesting too deep for the parser.
     """
     value = _DECODER.decode(text)
-    if colons != (key_count(value) if keys is None else keys):
+    if keys is None:
+        # colons >= keys in the text >= keys kept >= the top object's: a top object holding
+        # as many keys as there are colons holds them all (a config whose nested objects
+        # are empty, the usual one), without walking the value
+        top = len(value) if type(value) is dict else -1
+        keys = colons if top == colons else key_count(value)
+    if colons != keys:
         _EXACT_DECODER.decode(text)  # raises DuplicateKey naming the first duplicate
     return value
 
