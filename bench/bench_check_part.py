@@ -3,7 +3,7 @@
     python bench/bench_check_part.py [--sizes 2000,10000] [--repeat 7]
 
 ``lg.check_adapters(folder)`` on `bench_check.write_corpus`'s distinct corpus (every adapter
-its own bytes), with the reader (``read_folder``) replaced by a lookup of the specs read
+its own bytes), with the reader (``read_folders``) replaced by a lookup of the specs read
 beforehand: what is left is the search of the folder, each adapter's checks, the verdicts
 kept and the report. Printed for no limits and for ``for_engine("vllm")`` with a Llama base
 config (every module's dims compared), each twice:
@@ -84,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     import lora_guard as lg
     from lora_guard._checking import check_adapters as checker
-    from lora_guard._reading.adapters import read_folder
+    from lora_guard._reading.adapters import read_folder, read_folders
 
     print(f"python {sys.version.split()[0]}, lora_guard from {pathlib.Path(lg.__file__).parent}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,7 +100,7 @@ def main() -> None:
             search = per_adapter(lambda: checker._discover_all([root]), n, args.repeat)  # noqa: B023
             print(f"  the search alone                         {search:6.1f} us per adapter")
             for name, lim in limits.items():
-                checker.read_folder = lambda folder, **_: specs[str(folder)]  # noqa: B023
+                checker.read_folders = lambda batch: [specs[str(f)] for f in batch]  # noqa: B023
                 try:
                     shared = per_adapter(lambda: lg.check_adapters(root, lim), n, args.repeat)  # noqa: B023
                     undo = _no_sharing(checker)
@@ -109,7 +109,7 @@ def main() -> None:
                     finally:
                         undo()
                 finally:
-                    checker.read_folder = read_folder
+                    checker.read_folders = read_folders
                 whole = per_adapter(lambda: lg.check_adapters(root, lim), n, args.repeat)  # noqa: B023
                 report = lg.check_adapters(root, lim)
                 to_json = per_adapter(report.to_json, n, args.repeat)

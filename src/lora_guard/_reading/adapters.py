@@ -253,7 +253,8 @@ class FrozenConfig(Mapping[str, Any]):
             _INDEXES[keys] = index
         self._index: Mapping[str, int] = index
         self._values: tuple[Any, ...] = tuple([
-            _intern(v) if type(v) is str and len(v) <= 200
+            v if v is None or v is False or v is True  # most fields: told by identity
+            else _intern(v) if type(v) is str and len(v) <= 200
             else _shared(v) if (type(v) is list or type(v) is dict) and len(v) < 9 else v
             for v in config.values()])
 
