@@ -282,3 +282,17 @@ def test_a_guarded_cache_reads_through_the_store_and_still_refuses_a_collision()
     with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
         cache["k"] = torch.empty(2, 8)
     assert cache.get("k").shape == (4, 8) and isinstance(cache, dict)
+
+
+def test_found_folders_are_the_paths_pathlib_spells(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A found folder's path is built on its parent's with pathlib's own child maker when this
+    Python has one that agrees with ``/``, else with ``/``: the same path either way."""
+    found = [str(tmp_path / "a"), str(tmp_path / "a b"), "rel/x", "x", str(tmp_path)]
+    assert [checker._folder(f) for f in found] == [pathlib.Path(f) for f in found]
+    assert all(str(checker._folder(f)) == str(pathlib.Path(f)) for f in found)
+    for owner in pathlib.Path.__mro__:
+        if "_make_child_relpath" in vars(owner):
+            monkeypatch.delattr(owner, "_make_child_relpath")
+    assert checker._child_maker() is None  # a Python without it: "/" is used

@@ -1625,6 +1625,25 @@ def _unreadable(adapter_id: str, subject: str, exc: Exception) -> Violation:
 _PARENTS: dict[str, pathlib.Path] = {}
 
 
+def _child_maker() -> Callable[[pathlib.Path, str], pathlib.Path] | None:
+    """``pathlib``'s own way to make ``parent / name`` for a plain name without parsing it
+    again (what ``Path.iterdir`` uses: 0.24 us against 0.92 for ``/`` on 3.11), when this
+    Python has it and it gives exactly what ``/`` gives; else None (``/`` is used)."""
+    make = getattr(pathlib.Path, "_make_child_relpath", None)
+    try:
+        probe = make(pathlib.Path("/p"), "q") if callable(make) else None
+    except Exception:  # a private method whose signature changed: not used
+        return None
+    if not (isinstance(probe, pathlib.Path) and probe == pathlib.Path("/p/q")
+            and str(probe) == "/p/q" and probe.name == "q"):
+        return None
+    return cast(Callable[[pathlib.Path, str], pathlib.Path], make)
+
+
+_CHILD = _child_maker()
+
+
+
 def _folder(found: str) -> pathlib.Path:
     """The path of a folder the search found, built on its parent's (the adapters of one
     folder share the parts of its path: 100,000 paths hold their own names only)."""
@@ -1636,7 +1655,7 @@ def _folder(found: str) -> pathlib.Path:
         if len(_PARENTS) >= 64:
             _PARENTS.clear()
         parent = _PARENTS[head] = pathlib.Path(head)
-    return parent / name
+    return parent / name if _CHILD is None else _CHILD(parent, name)
 
 
 def _verdict(adapter_id: str, subject: str, spec: AdapterSpec, limits: ServingLimits,
