@@ -728,7 +728,31 @@ def _regex_parser() -> Any:
         return importlib.import_module("sre_parse")
 
 
+_USUAL_FIELDS = ("r", "lora_alpha", "target_modules", "rank_pattern", "alpha_pattern",
+                 "target_parameters", "bias", "modules_to_save")
+_NO_PATTERN: tuple[None, dict[str, Any]] = (None, {})
+"""``x in _NO_PATTERN``: x is null or an empty object (for JSON values)."""
+_BIASES = ("none", "all", "lora_only")
+_STR = {str}
+
+
+def _usual(config: Mapping[str, Any]) -> bool:
+    """Whether the config passes every check of `_validate_config` in one look (positive
+    ``r``, finite ``lora_alpha``, a list of names in ``target_modules``, no patterns,
+    ``target_parameters`` or ``modules_to_save``, a known ``bias``: the usual PEFT config);
+    False only says the checks must run one by one."""
+    fields: Iterator[Any] = map(config.get, _USUAL_FIELDS)
+    r, alpha, targets, ranks, alphas, parameters, bias, saved = fields
+    return (type(r) is int and r >= 1 and type(alpha) in (int, float)
+            and type(targets) is list and {*map(type, targets)} <= _STR
+            and ranks in _NO_PATTERN and alphas in _NO_PATTERN and parameters is None
+            and saved is None and bias in _BIASES
+            and math.isfinite(alpha))  # last: a huge int raises here as in _required_fields
+
+
 def _validate_config(config: Mapping[str, Any]) -> None:
+    if _usual(config):
+        return
     _required_fields(config)
     for name in ("rank_pattern", "alpha_pattern"):
         _pattern_field(config, name)
