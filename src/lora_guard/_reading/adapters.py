@@ -1337,6 +1337,8 @@ def _parts_of(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Par
 
 
 def _new_parts(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Parts:
+    # the map a spec keeps, its keys interned: the specs of one recipe share its key strings
+    tensors = dict(zip(map(_intern, tensors), tensors.values(), strict=True))
     halves: dict[str, dict[str, str]] = {}
     extra: dict[str, str] = {}
     unknown: list[str] = []
