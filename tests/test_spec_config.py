@@ -105,3 +105,18 @@ def test_a_config_off_the_usual_path_is_still_read(tmp_path: pathlib.Path,
 
     config = lg.inspect_adapter(folder).config
     assert {name: config[name] for name in fields} == fields
+
+
+def test_config_lists_of_any_json_are_kept_as_written(tmp_path: pathlib.Path) -> None:
+    from lora_guard.testing import write_adapter
+
+    fields: dict[str, object] = {
+        "layers_to_transform": [0, 1], "eva_config": [{"rho": 2}, ["x"]],
+        "exclude_modules": ["x" * 201, "lm_head"], "layers_pattern": ["layers", 1.5],
+    }
+    first = lg.inspect_adapter(_with_config(write_adapter(tmp_path / "a"), **fields)).config
+    second = lg.inspect_adapter(_with_config(write_adapter(tmp_path / "b"), **fields)).config
+
+    assert {name: first[name] for name in fields} == fields
+    assert {name: second[name] for name in fields} == fields
+    assert second["target_modules"] is first["target_modules"]  # equal name lists shared

@@ -299,11 +299,14 @@ def _shared(value: list[Any] | dict[str, Any]) -> Any:
     other configs; an empty object (``rank_pattern: {}``) as one shared read-only mapping."""
     if type(value) is dict:
         return value if value else _NO_STRINGS
-    if not all(type(v) is str and len(v) <= 200 for v in value):
-        return value
     key = tuple(value)
-    found = _LISTS.get(key)
+    try:  # a list equal to a remembered one holds the same short strings: no look at them
+        found = _LISTS.get(key)
+    except TypeError:  # an unhashable item (a list or an object)
+        return value
     if found is None:
+        if not all(type(v) is str and len(v) <= 200 for v in value):
+            return value
         if len(_LISTS) >= 4096:
             _LISTS.clear()
         found = _LISTS[key] = [_intern(v) for v in value]

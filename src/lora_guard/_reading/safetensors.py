@@ -79,6 +79,7 @@ DTYPE_NAMES: Mapping[str, str] = {
 """torch-style dtype name of every safetensors dtype code."""
 
 _CODES = {name: code for code, name in DTYPE_NAMES.items()}
+_STR = {str}
 _MAX_INT = 2**64 - 1
 
 
@@ -290,7 +291,7 @@ def _metadata(entry: object) -> dict[str, str]:
     """The ``__metadata__`` strings; equal ones are shared (most files hold ``format: pt``)."""
     if entry is None:  # the safetensors library reads null as no metadata
         return {}
-    if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+    if type(entry) is not dict or not {*map(type, entry.values())} <= _STR:  # JSON: exact types
         raise HeaderError("__metadata__ is not an object of strings")
     if len(entry) > 8:
         return entry
