@@ -17,7 +17,7 @@ import math
 import os
 import stat
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +171,24 @@ _EXACT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant,
                                   object_pairs_hook=_refuse_duplicates)
 
 
+_JSON_SPACE = " \t\n\r"
+_scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+
+
+def _decoded(text: str) -> Any:
+    """``_DECODER.decode(text)``: the same value, and the same error for a text that is not
+    JSON. A text that starts with its value (every config and header but a padded one) is
+    scanned directly, without ``decode``'s two whitespace matches; any other text, or one
+    with more than JSON whitespace after its value, goes through ``decode`` itself."""
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:  # leading whitespace, or no value: decode skips it or says so
+        end = -1
+    if end == -1 or (end != len(text) and text[end:].strip(_JSON_SPACE)):
+        return _DECODER.decode(text)  # (more than whitespace after the value: "Extra data")
+    return value
+
+
 def key_count(value: object) -> int:
     """How many keys the objects in a parsed JSON value hold, all levels counted."""
     count = 0
@@ -197,7 +215,7 @@ def strict_json(text: str, colons: int, keys: int | None = None) -> Any:
     Raises ``ValueError`` (``json.JSONDecodeError``) for invalid JSON, ``RecursionError`` for
     nesting too deep for the parser.
     """
-    value = _DECODER.decode(text)
+    value = _decoded(text)
     if keys is None:
         # colons >= keys in the text >= keys kept >= the top object's: a top object holding
         # as many keys as there are colons holds them all (a config whose nested objects
@@ -252,7 +270,7 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
     except UnicodeDecodeError as exc:
         raise HeaderError(f"header is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        parsed = _DECODER.decode(text)
+        parsed = _decoded(text)
     except NonFinite as exc:
         raise HeaderError(f"non-standard JSON constant {exc.name} in the header") from None
     except RecursionError:
