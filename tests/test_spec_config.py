@@ -120,3 +120,32 @@ def test_config_lists_of_any_json_are_kept_as_written(tmp_path: pathlib.Path) ->
     assert {name: first[name] for name in fields} == fields
     assert {name: second[name] for name in fields} == fields
     assert second["target_modules"] is first["target_modules"]  # equal name lists shared
+
+
+def _with_metadata(folder: pathlib.Path, metadata: dict[str, str] | None) -> pathlib.Path:
+    weights = folder / "adapter_model.safetensors"
+    raw = weights.read_bytes()
+    length = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + length])
+    header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    weights.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + length:])
+    return folder
+
+
+def test_each_adapter_keeps_its_own_safetensors_metadata_read_only(
+        tmp_path: pathlib.Path) -> None:
+    from lora_guard.testing import write_adapter
+
+    metadata = [{"format": "pt"}, {"format": "pt"}, {"format": "pt", "name": "b"},
+                {f"k{i}": "v" for i in range(9)}, None]
+    specs = [lg.inspect_adapter(_with_metadata(write_adapter(tmp_path / f"a{i}"), m))
+             for i, m in enumerate(metadata)]
+
+    assert [dict(s.metadata) for s in specs] == [m or {} for m in metadata]
+    assert specs[0].metadata is specs[1].metadata  # equal metadata: one shared object
+    with pytest.raises(TypeError):
+        specs[2].metadata["format"] = "np"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        specs[3].metadata["k0"] = "w"  # type: ignore[index]
+    assert dict(specs[2].metadata) == {"format": "pt", "name": "b"}

@@ -1285,11 +1285,32 @@ def build_spec(
         parts.tensors, parts.modules, parts.rank or int(config["r"]), parts.layout,
         parts.targets, _NO_STRINGS if not parts.extra and not added_tokens and _plain(config)
         else _read_only(_features(config, parts.extra, added_tokens)), parts.dtypes,
-        size, _read_only(metadata), parts.unknown, parts.extra, url, transferred, weights_file)
+        size, _metadata_view(metadata), parts.unknown, parts.extra, url, transferred,
+        weights_file)
 
 
 _built_spec = builder(AdapterSpec)
 """``AdapterSpec`` of every field in order, from a config and header the reader checked."""
+
+
+_METADATA: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+
+
+def _metadata_view(metadata: dict[str, str]) -> Mapping[str, str]:
+    """The read-only ``__metadata__`` a spec keeps; equal ones are one shared object (most
+    files hold ``format: pt``), so a fleet keeps one per distinct metadata."""
+    if not metadata or len(metadata) > 8:
+        return _read_only(metadata)
+    key = tuple(metadata.items())
+    try:
+        found = _METADATA.get(key)
+    except TypeError:  # a value that is not a string (a caller's own map)
+        return _read_only(metadata)
+    if found is None:
+        if len(_METADATA) >= 1024:
+            _METADATA.clear()
+        found = _METADATA[key] = _read_only(metadata)
+    return found
 
 
 def _read_only(found: dict[str, Any]) -> Mapping[str, Any]:
@@ -1390,7 +1411,7 @@ def forget_remembered() -> None:
     from lora_guard._reading import safetensors
 
     for memory in (_CONFIGS, _INDEXES, _LISTS, _PARTS, _RECORDS, _SPLITS, safetensors._HEADERS,
-                   safetensors._INFOS, safetensors._METADATA):
+                   safetensors._INFOS, _METADATA):
         memory.clear()
 
 

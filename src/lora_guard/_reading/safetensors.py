@@ -302,21 +302,13 @@ def _no_duplicate_keys(parsed: dict[str, Any], text: str, colons: int) -> None:
             raise HeaderError(f"duplicate key {exc.key[:200]!r} in the header") from None
 
 
-_METADATA: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
-
-
 def _metadata(entry: object) -> dict[str, str]:
-    """The ``__metadata__`` strings; equal ones are shared (most files hold ``format: pt``)."""
+    """The ``__metadata__`` strings (a spec keeps them read-only, equal ones shared)."""
     if entry is None:  # the safetensors library reads null as no metadata
         return {}
     if type(entry) is not dict or not {*map(type, entry.values())} <= _STR:  # JSON: exact types
         raise HeaderError("__metadata__ is not an object of strings")
-    if len(entry) > 8:
-        return entry
-    key = tuple(entry.items())
-    if len(_METADATA) > 1024:
-        _METADATA.clear()
-    return _METADATA.setdefault(key, entry)
+    return entry
 
 
 _INFOS: dict[tuple[Any, ...], TensorInfo] = {}
