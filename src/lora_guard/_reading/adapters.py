@@ -299,11 +299,14 @@ def _shared(value: list[Any] | dict[str, Any]) -> Any:
     other configs; an empty object (``rank_pattern: {}``) as one shared read-only mapping."""
     if type(value) is dict:
         return value if value else _NO_STRINGS
-    if not all(type(v) is str and len(v) <= 200 for v in value):
-        return value
     key = tuple(value)
-    found = _LISTS.get(key)
+    try:  # a list equal to a remembered one holds the same short strings: no look at them
+        found = _LISTS.get(key)
+    except TypeError:  # an unhashable item (a list or an object)
+        return value
     if found is None:
+        if not all(type(v) is str and len(v) <= 200 for v in value):
+            return value
         if len(_LISTS) >= 4096:
             _LISTS.clear()
         found = _LISTS[key] = [_intern(v) for v in value]
@@ -728,7 +731,31 @@ def _regex_parser() -> Any:
         return importlib.import_module("sre_parse")
 
 
+_USUAL_FIELDS = ("r", "lora_alpha", "target_modules", "rank_pattern", "alpha_pattern",
+                 "target_parameters", "bias", "modules_to_save")
+_NO_PATTERN: tuple[None, dict[str, Any]] = (None, {})
+"""``x in _NO_PATTERN``: x is null or an empty object (for JSON values)."""
+_BIASES = ("none", "all", "lora_only")
+_STR = {str}
+
+
+def _usual(config: Mapping[str, Any]) -> bool:
+    """Whether the config passes every check of `_validate_config` in one look (positive
+    ``r``, finite ``lora_alpha``, a list of names in ``target_modules``, no patterns,
+    ``target_parameters`` or ``modules_to_save``, a known ``bias``: the usual PEFT config);
+    False only says the checks must run one by one."""
+    fields: Iterator[Any] = map(config.get, _USUAL_FIELDS)
+    r, alpha, targets, ranks, alphas, parameters, bias, saved = fields
+    return (type(r) is int and r >= 1 and type(alpha) in (int, float)
+            and type(targets) is list and {*map(type, targets)} <= _STR
+            and ranks in _NO_PATTERN and alphas in _NO_PATTERN and parameters is None
+            and saved is None and bias in _BIASES
+            and math.isfinite(alpha))  # last: a huge int raises here as in _required_fields
+
+
 def _validate_config(config: Mapping[str, Any]) -> None:
+    if _usual(config):
+        return
     _required_fields(config)
     for name in ("rank_pattern", "alpha_pattern"):
         _pattern_field(config, name)
@@ -1258,11 +1285,32 @@ def build_spec(
         parts.tensors, parts.modules, parts.rank or int(config["r"]), parts.layout,
         parts.targets, _NO_STRINGS if not parts.extra and not added_tokens and _plain(config)
         else _read_only(_features(config, parts.extra, added_tokens)), parts.dtypes,
-        size, _read_only(metadata), parts.unknown, parts.extra, url, transferred, weights_file)
+        size, _metadata_view(metadata), parts.unknown, parts.extra, url, transferred,
+        weights_file)
 
 
 _built_spec = builder(AdapterSpec)
 """``AdapterSpec`` of every field in order, from a config and header the reader checked."""
+
+
+_METADATA: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+
+
+def _metadata_view(metadata: dict[str, str]) -> Mapping[str, str]:
+    """The read-only ``__metadata__`` a spec keeps; equal ones are one shared object (most
+    files hold ``format: pt``), so a fleet keeps one per distinct metadata."""
+    if not metadata or len(metadata) > 8:
+        return _read_only(metadata)
+    key = tuple(metadata.items())
+    try:
+        found = _METADATA.get(key)
+    except TypeError:  # a value that is not a string (a caller's own map)
+        return _read_only(metadata)
+    if found is None:
+        if len(_METADATA) >= 1024:
+            _METADATA.clear()
+        found = _METADATA[key] = _read_only(metadata)
+    return found
 
 
 def _read_only(found: dict[str, Any]) -> Mapping[str, Any]:
@@ -1313,6 +1361,8 @@ def _parts_of(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Par
 
 
 def _new_parts(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Parts:
+    # the map a spec keeps, its keys interned: the specs of one recipe share its key strings
+    tensors = dict(zip(map(_intern, tensors), tensors.values(), strict=True))
     halves: dict[str, dict[str, str]] = {}
     extra: dict[str, str] = {}
     unknown: list[str] = []
@@ -1361,7 +1411,7 @@ def forget_remembered() -> None:
     from lora_guard._reading import safetensors
 
     for memory in (_CONFIGS, _INDEXES, _LISTS, _PARTS, _RECORDS, _SPLITS, safetensors._HEADERS,
-                   safetensors._INFOS, safetensors._METADATA):
+                   safetensors._INFOS, _METADATA):
         memory.clear()
 
 

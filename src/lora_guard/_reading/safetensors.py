@@ -17,8 +17,7 @@ import math
 import os
 import stat
 import struct
-import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +79,7 @@ DTYPE_NAMES: Mapping[str, str] = {
 """torch-style dtype name of every safetensors dtype code."""
 
 _CODES = {name: code for code, name in DTYPE_NAMES.items()}
+_STR = {str}
 _MAX_INT = 2**64 - 1
 
 
@@ -171,6 +171,24 @@ _EXACT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant,
                                   object_pairs_hook=_refuse_duplicates)
 
 
+_JSON_SPACE = " \t\n\r"
+_scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+
+
+def _decoded(text: str) -> Any:
+    """``_DECODER.decode(text)``: the same value, and the same error for a text that is not
+    JSON. A text that starts with its value (every config and header but a padded one) is
+    scanned directly, without ``decode``'s two whitespace matches; any other text, or one
+    with more than JSON whitespace after its value, goes through ``decode`` itself."""
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:  # leading whitespace, or no value: decode skips it or says so
+        end = -1
+    if end == -1 or (end != len(text) and text[end:].strip(_JSON_SPACE)):
+        return _DECODER.decode(text)  # (more than whitespace after the value: "Extra data")
+    return value
+
+
 def key_count(value: object) -> int:
     """How many keys the objects in a parsed JSON value hold, all levels counted."""
     count = 0
@@ -197,7 +215,7 @@ def strict_json(text: str, colons: int, keys: int | None = None) -> Any:
     Raises ``ValueError`` (``json.JSONDecodeError``) for invalid JSON, ``RecursionError`` for
     nesting too deep for the parser.
     """
-    value = _DECODER.decode(text)
+    value = _decoded(text)
     if keys is None:
         # colons >= keys in the text >= keys kept >= the top object's: a top object holding
         # as many keys as there are colons holds them all (a config whose nested objects
@@ -252,7 +270,7 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
     except UnicodeDecodeError as exc:
         raise HeaderError(f"header is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        parsed = _DECODER.decode(text)
+        parsed = _decoded(text)
     except NonFinite as exc:
         raise HeaderError(f"non-standard JSON constant {exc.name} in the header") from None
     except RecursionError:
@@ -265,8 +283,9 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
     metadata: dict[str, str] = {}
     if "__metadata__" in parsed:
         metadata = _metadata(parsed.pop("__metadata__"))
-    tensors = _tensor_infos(parsed)
-    _check_offsets(tensors, data_size)
+    tensors, end = _tensor_infos(parsed)
+    if end != data_size:  # not back to back from 0 to the end: sorted and checked
+        _check_offsets(tensors, data_size)
     return tensors, metadata
 
 
@@ -283,69 +302,67 @@ def _no_duplicate_keys(parsed: dict[str, Any], text: str, colons: int) -> None:
             raise HeaderError(f"duplicate key {exc.key[:200]!r} in the header") from None
 
 
-_METADATA: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
-
-
 def _metadata(entry: object) -> dict[str, str]:
-    """The ``__metadata__`` strings; equal ones are shared (most files hold ``format: pt``)."""
+    """The ``__metadata__`` strings (a spec keeps them read-only, equal ones shared)."""
     if entry is None:  # the safetensors library reads null as no metadata
         return {}
-    if not isinstance(entry, dict) or not all(isinstance(v, str) for v in entry.values()):
+    if type(entry) is not dict or not {*map(type, entry.values())} <= _STR:  # JSON: exact types
         raise HeaderError("__metadata__ is not an object of strings")
-    if len(entry) > 8:
-        return entry
-    key = tuple(entry.items())
-    if len(_METADATA) > 1024:
-        _METADATA.clear()
-    return _METADATA.setdefault(key, entry)
+    return entry
 
 
-_INFOS: dict[tuple[str, tuple[int, ...], int, int], TensorInfo] = {}
-"""Tensor entries seen before, shared: a set of adapters of one recipe repeats them."""
+_INFOS: dict[tuple[Any, ...], TensorInfo] = {}
+"""Tensor entries seen before, shared: a set of adapters of one recipe repeats them. Keyed
+by ``(code, rows, cols, begin, end)`` for a 2-D shape, ``(code, shape, begin, end)`` else."""
 
 _built_info = builder(TensorInfo)
 """``TensorInfo(shape, dtype, nbytes, offsets)`` of checked values, at a third of the cost."""
 
 
-def _tensor_infos(parsed: dict[str, Any]) -> dict[str, TensorInfo]:
-    """Every entry's `TensorInfo`, in the header's order: one loop with the checks of a
-    well-formed entry inline (the common 2-D shape without an inner loop); an entry that
-    fails any of them goes through `_checked_info`, which names the problem."""
+def _tensor_infos(parsed: dict[str, Any]) -> tuple[dict[str, TensorInfo], int]:
+    """Every entry's `TensorInfo`, in the header's order, and where the data ends when the
+    entries lie back to back from 0 in that order (-1 otherwise: `_check_offsets` sorts
+    them out).
+
+    An entry equal to one checked before is found in `_INFOS` by its dtype code, shape and
+    offsets. Found, it is valid but for its numbers' types (``8.0`` and ``true`` equal ``8``
+    and ``1`` as keys), so only those are looked at: a code equal to a known code is that
+    string, numbers equal to checked ones are in range and agree with each other. Any other
+    entry goes through `_new_info`: every check, the first failing one named."""
     tensors: dict[str, TensorInfo] = {}
-    infos, bits_of, names, intern, limit = _INFOS, DTYPE_BITS, DTYPE_NAMES, sys.intern, _MAX_INT
+    infos, position = _INFOS, 0
     for name, entry in parsed.items():
-        if type(entry) is not dict or len(entry) != 3:
-            tensors[intern(name)] = _checked_info(name, entry)
+        try:
+            if len(entry) != 3:
+                raise KeyError(name)
+            code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+            begin, end = offsets
+            if len(shape) == 2:  # the usual: no inner loop, no tuple
+                rows, cols = shape
+                info = infos.get((code, rows, cols, begin, end))
+                exact = type(rows) is int and type(cols) is int
+            else:
+                info = infos.get((code, tuple(shape), begin, end))
+                exact = type(shape) is list and all(type(d) is int for d in shape)
+        except (KeyError, TypeError, ValueError):  # not an object of three, or unhashable
+            info = None
+        if info is None or not exact or type(begin) is not int or type(end) is not int:
+            tensors[name], position = _new_info(name, entry), -1
             continue
-        code, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if type(shape) is not list or type(offsets) is not list or len(offsets) != 2 or type(
-                code) is not str or code not in bits_of:
-            tensors[intern(name)] = _checked_info(name, entry)
-            continue
-        dims = tuple(shape)
-        begin, end = offsets
-        if len(dims) == 2:
-            rows, cols = dims
-            good = (type(rows) is int and type(cols) is int and 0 <= rows <= limit
-                    and 0 <= cols <= limit)
-        else:
-            good = len(dims) <= MAX_NDIM and all(type(d) is int and 0 <= d <= limit for d in dims)
-        if not good or type(begin) is not int or type(end) is not int or not (
-                0 <= begin <= end <= limit):
-            tensors[intern(name)] = _checked_info(name, entry)
-            continue
-        key = (code, dims, begin, end)  # all ints and a code: hashable
-        info = infos.get(key)
-        if info is None:
-            bits = math.prod(dims) * bits_of[code]
-            if bits % 8 or bits // 8 != end - begin:
-                tensors[intern(name)] = _checked_info(name, entry)
-                continue
-            if len(infos) > 100_000:
-                infos.clear()
-            info = infos[key] = _built_info(dims, names[code], end - begin, (begin, end))
-        tensors[intern(name)] = info
-    return tensors
+        tensors[name] = info
+        position = end if begin == position else -1
+    return tensors, position
+
+
+def _new_info(name: str, entry: Any) -> TensorInfo:
+    """The `TensorInfo` of an entry not seen before, every check made (`_checked_info`
+    raises `HeaderError` naming the first that fails), remembered in `_INFOS`."""
+    info = _checked_info(name, entry)
+    if len(_INFOS) > 100_000:
+        _INFOS.clear()
+    code, dims, (begin, end) = entry["dtype"], info.shape, info.offsets
+    key = (code, *dims, begin, end) if len(dims) == 2 else (code, dims, begin, end)
+    return _INFOS.setdefault(key, info)
 
 
 def _checked_info(name: str, entry: object) -> TensorInfo:
@@ -370,7 +387,7 @@ def _checked_info(name: str, entry: object) -> TensorInfo:
             f"tensor {shown} of {code} {shape} needs {bits // 8} bytes but its data_offsets "
             f"[{begin}, {end}] hold {end - begin}"
         )
-    return TensorInfo(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
+    return _built_info(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
 
 
 def _checked_layout(shown: str, shape: object, offsets: object) -> tuple[int, int]:
