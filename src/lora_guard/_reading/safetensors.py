@@ -328,41 +328,71 @@ def _tensor_infos(parsed: dict[str, Any]) -> tuple[dict[str, TensorInfo], int]:
     offsets. Found, it is valid but for its numbers' types (``8.0`` and ``true`` equal ``8``
     and ``1`` as keys), so only those are looked at: a code equal to a known code is that
     string, numbers equal to checked ones are in range and agree with each other. Any other
-    entry goes through `_new_info`: every check, the first failing one named."""
+    entry is checked in full (`_new_info`)."""
     tensors: dict[str, TensorInfo] = {}
     infos, position = _INFOS, 0
     for name, entry in parsed.items():
+        key: tuple[Any, ...] | None = None
         try:
             if len(entry) != 3:
                 raise KeyError(name)
-            code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-            begin, end = offsets
+            code, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
             if len(shape) == 2:  # the usual: no inner loop, no tuple
                 rows, cols = shape
-                info = infos.get((code, rows, cols, begin, end))
+                key = (code, rows, cols, begin, end)
                 exact = type(rows) is int and type(cols) is int
             else:
-                info = infos.get((code, tuple(shape), begin, end))
+                key = (code, tuple(shape), begin, end)
                 exact = type(shape) is list and all(type(d) is int for d in shape)
+            info = infos.get(key)
         except (KeyError, TypeError, ValueError):  # not an object of three, or unhashable
-            info = None
+            info = key = None
         if info is None or not exact or type(begin) is not int or type(end) is not int:
-            tensors[name], position = _new_info(name, entry), -1
-            continue
+            info = _new_info(name, entry, key)
+            begin, end = info.offsets
         tensors[name] = info
         position = end if begin == position else -1
     return tensors, position
 
 
-def _new_info(name: str, entry: Any) -> TensorInfo:
-    """The `TensorInfo` of an entry not seen before, every check made (`_checked_info`
-    raises `HeaderError` naming the first that fails), remembered in `_INFOS`."""
-    info = _checked_info(name, entry)
+def _new_info(name: str, entry: Any, key: tuple[Any, ...] | None) -> TensorInfo:
+    """The `TensorInfo` of an entry not seen before (``key``: its `_INFOS` key when it has
+    one), remembered: a well-formed entry is checked inline (`_valid_info`: a first read of
+    a 400-tensor header checks 400 of them); any other goes through `_checked_info`, which
+    raises `HeaderError` naming the first check that fails."""
+    info = (_valid_info(entry) if key is not None else None) or _checked_info(name, entry)
+    if key is None or type(key[0]) is not str:
+        dims, (begin, end) = info.shape, info.offsets
+        key = (entry["dtype"], *dims, begin, end) if len(dims) == 2 else (
+            entry["dtype"], dims, begin, end)
     if len(_INFOS) > 100_000:
         _INFOS.clear()
-    code, dims, (begin, end) = entry["dtype"], info.shape, info.offsets
-    key = (code, *dims, begin, end) if len(dims) == 2 else (code, dims, begin, end)
     return _INFOS.setdefault(key, info)
+
+
+def _valid_info(entry: dict[str, Any]) -> TensorInfo | None:
+    """The entry's `TensorInfo` when it passes every check of `_checked_info` (exactly dtype,
+    shape and data_offsets; a known code; at most `MAX_NDIM` dims and two offsets, all
+    non-negative ints in range and in order; the shape's bytes equal to the offsets' span),
+    else None."""
+    code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if type(code) is not str or code not in DTYPE_BITS or type(shape) is not list or type(
+            offsets) is not list or len(offsets) != 2 or len(shape) > MAX_NDIM:
+        return None
+    begin, end = offsets
+    if len(shape) == 2:  # the usual: no generator
+        rows, cols = shape
+        dims_ok = (type(rows) is int and type(cols) is int and 0 <= rows <= _MAX_INT
+                   and 0 <= cols <= _MAX_INT)
+    else:
+        dims_ok = all(type(d) is int and 0 <= d <= _MAX_INT for d in shape)
+    if not (dims_ok and type(begin) is int and type(end) is int
+            and 0 <= begin <= end <= _MAX_INT):
+        return None
+    bits = math.prod(shape) * DTYPE_BITS[code]
+    if bits % 8 or bits // 8 != end - begin:
+        return None
+    return _built_info(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
 
 
 def _checked_info(name: str, entry: object) -> TensorInfo:
