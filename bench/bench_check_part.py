@@ -22,16 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
-from bench_check import write_corpus
+from bench_check import timed, write_corpus
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
          "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -40,13 +38,7 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
 
 def per_adapter(fn: Callable[[], object], n: int, repeat: int) -> float:
     """Median microseconds per adapter of ``repeat`` runs after one warm-up run."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) / n * 1e6
+    return timed(fn, repeat) / n * 1e6
 
 
 class _Forgetful(dict):  # type: ignore[type-arg]

@@ -20,7 +20,6 @@ from lora_guard._checking.registry import registered_violations
 from lora_guard._core.config import report as _report
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import (
-    CONFIG_NAME,
     FEATURES,
     AdapterSpec,
     LoRAModuleSpec,
@@ -32,7 +31,6 @@ from lora_guard._reading.adapters import (
     malformed_violation,
     parameter_key,
     pattern_value,
-    read_folder,
     read_folders,
 )
 from lora_guard._reading.architectures import ARCHITECTURE_NAMES
@@ -593,26 +591,6 @@ def _children(here: str, found: list[_Found]) -> list[os.DirEntry[str]]:
 _BY_NAME = operator.attrgetter("name")
 
 
-_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks
-
-
-def _adapter_dir(folder: str) -> bool:
-    """`is_adapter_dir` of a folder the search lists, its first lookup (the config) made
-    directly: an adapter folder costs one ``faccessat`` (an ``lstat`` that builds no
-    result), a folder without a config the other lookups."""
-    config = folder + os.sep + CONFIG_NAME
-    try:
-        if _ACCESS_NOFOLLOW:
-            if os.access(config, os.F_OK, follow_symlinks=False):
-                return True
-        else:
-            os.lstat(config)
-            return True
-    except (OSError, ValueError):
-        pass
-    return is_adapter_dir(folder)
-
-
 def _child(here: str, entry: os.DirEntry[str]) -> str:
     """The entry's path as ``str(pathlib.Path(here) / name)`` spells it."""
     return entry.name if here == "." else entry.path
@@ -634,7 +612,7 @@ def _visit(entry: os.DirEntry[str], here: str, real: str, depth: int, shown: str
             return False
     except OSError:
         return False
-    if _adapter_dir(child):
+    if is_adapter_dir(child):
         found.append((child, child, join_name(real, entry.name)))
         return False
     if depth + 1 >= MAX_SEARCH_DEPTH:
@@ -1592,18 +1570,16 @@ def _internal_error(subject: str, exc: BaseException) -> Violation:
 
 
 def _read(adapter_id: str, subject: str, target: _Target) -> AdapterSpec | Violation:
-    """The adapter's spec, or the violation that says why it cannot be read."""
-    if type(target) is not str:  # a folder found by the search (most) goes straight on
-        if isinstance(target, Future):
-            target = target.result()
-        if isinstance(target, Malformed):
-            return malformed_violation(subject, target)
-        if isinstance(target, AdapterSpec):
-            return target
+    """The spec of a target the search did not read (`_read_found` reads the folders it
+    found), or the violation that says why it cannot be read."""
+    if isinstance(target, Future):
+        target = target.result()
+    if isinstance(target, Malformed):
+        return malformed_violation(subject, target)
+    if isinstance(target, AdapterSpec):
+        return target
     try:
-        if isinstance(target, str):  # found by the search: a folder, not stat'ed again
-            return read_folder(_folder(target))
-        return load_spec(cast(pathlib.Path, target))
+        return load_spec(cast("str | pathlib.Path", target))
     except Exception as exc:
         return _unreadable(adapter_id, subject, exc)
 
