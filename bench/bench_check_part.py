@@ -51,7 +51,7 @@ class _Forgetful(dict):  # type: ignore[type-arg]
 def _no_sharing(checker: Any) -> Callable[[], None]:
     """Disable the checker's memory of shared headers (if this version has one); returns the
     undo."""
-    memo = getattr(checker, "_Memo", None)
+    memo = getattr(checker, "Memo", None)
     if memo is None:
         return lambda: None
     real_init = memo.__init__
@@ -76,6 +76,8 @@ def main() -> None:
     args = parser.parse_args()
     import lora_guard as lg
     from lora_guard._checking import check_adapters as checker
+    from lora_guard._checking import discovery
+    from lora_guard._checking.rules import memo as memo_module
     from lora_guard._reading.adapters import read_folder, read_folders
 
     print(f"python {sys.version.split()[0]}, lora_guard from {pathlib.Path(lg.__file__).parent}")
@@ -89,13 +91,13 @@ def main() -> None:
             folders = write_corpus(root, n, distinct=True)
             specs = {str(f): read_folder(f) for f in folders}
             print(f"\n{n:,} tiny adapters, distinct files")
-            search = per_adapter(lambda: checker._discover_all([root]), n, args.repeat)  # noqa: B023
+            search = per_adapter(lambda: discovery.discover_all([root]), n, args.repeat)  # noqa: B023
             print(f"  the search alone                         {search:6.1f} us per adapter")
             for name, lim in limits.items():
                 checker.read_folders = lambda batch: [specs[str(f)] for f in batch]  # noqa: B023
                 try:
                     shared = per_adapter(lambda: lg.check_adapters(root, lim), n, args.repeat)  # noqa: B023
-                    undo = _no_sharing(checker)
+                    undo = _no_sharing(memo_module)
                     try:
                         alone = per_adapter(lambda: lg.check_adapters(root, lim), n, args.repeat)  # noqa: B023
                     finally:

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import lora_guard as lg
-from lora_guard._checking.check_adapters import _conv_groups, _share
+from lora_guard._checking.rules.adapter import _conv_groups
+from lora_guard._checking.rules.shared import share as _share
 from lora_guard._testing.adapter_writer import write_adapter
 
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,

@@ -14,6 +14,9 @@ import pytest
 
 import lora_guard as lg
 from lora_guard._checking import check_adapters as checker
+from lora_guard._checking import discovery
+from lora_guard._checking.report import _indented
+from lora_guard._checking.rules import adapter as rules
 from lora_guard._testing.adapter_writer import write_adapter
 
 
@@ -28,7 +31,7 @@ def test_a_bug_in_a_check_is_lg900_and_the_other_adapters_are_still_checked(
     write_adapter(tmp_path / "set" / "a", rank=8)
     write_adapter(tmp_path / "set" / "b", rank=64)
     monkeypatch.delenv("LORA_GUARD_DEBUG", raising=False)
-    real = checker._rank_checks
+    real = rules._rank_checks
     calls = []
 
     def fails_on_a(subject: str, *args: object) -> None:
@@ -37,7 +40,7 @@ def test_a_bug_in_a_check_is_lg900_and_the_other_adapters_are_still_checked(
             _broken_check()
         real(subject, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(checker, "_rank_checks", fails_on_a)
+    monkeypatch.setattr(rules, "_rank_checks", fails_on_a)
     report = lg.check_adapters(tmp_path / "set", lg.ServingLimits(max_rank=16))
     assert report.codes() == ["LG900", "LG101"]
     bug = report.violations[0]
@@ -54,7 +57,7 @@ def test_with_lora_guard_debug_the_bug_raises_with_its_traceback(
 ) -> None:
     folder = write_adapter(tmp_path / "a")
     monkeypatch.setenv("LORA_GUARD_DEBUG", "1")
-    monkeypatch.setattr(checker, "_file_checks", _broken_check)
+    monkeypatch.setattr(rules, "_file_checks", _broken_check)
     with pytest.raises(KeyError, match="dims") as raised:
         lg.check_adapters(folder)
     assert raised.traceback[-1].name == "_broken_check"
@@ -186,14 +189,14 @@ def test_a_fleet_of_few_recipes_has_each_recipes_modules_judged_once(
         for recipe, options in recipes.items():
             write_adapter(tmp_path / "fleet" / f"{recipe}-{i:02d}",
                           config_overrides={"revision": f"run-{i}"}, **options)  # type: ignore[arg-type]
-    real = checker._check_ranks
+    real = rules._check_ranks
     compared: list[str] = []
 
     def counted(subject: str, module: object, *args: object) -> None:
         compared.append(subject)
         real(subject, module, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(checker, "_check_ranks", counted)
+    monkeypatch.setattr(rules, "_check_ranks", counted)
     report = lg.check_adapters(tmp_path / "fleet", lg.ServingLimits(max_rank=16))
     assert len(report.ids) == 60
     assert len(compared) == 3 * 4  # 3 recipes x (q_proj, v_proj) x 2 layers, not 60 x 4
@@ -267,7 +270,7 @@ def test_the_json_report_spells_odd_values_as_json_dumps_does(tmp_path: pathlib.
         report.codes())
     assert report.to_json() == json.dumps(report.to_dict(), indent=2)
     assert "\\u4e2d" in report.to_json()  # ensure_ascii, as json.dumps
-    assert checker._indented({"f": [1.5, float("nan"), -float("inf"), True, None, {}, []],
+    assert _indented({"f": [1.5, float("nan"), -float("inf"), True, None, {}, []],
                               3: (), "k": {"x": "\u00e9\n"}}, "\n") == json.dumps(
         {"f": [1.5, float("nan"), -float("inf"), True, None, {}, []], 3: (),
          "k": {"x": "\u00e9\n"}}, indent=2)
@@ -284,15 +287,8 @@ def test_a_guarded_cache_reads_through_the_store_and_still_refuses_a_collision()
     assert cache.get("k").shape == (4, 8) and isinstance(cache, dict)
 
 
-def test_found_folders_are_the_paths_pathlib_spells(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A found folder's path is built on its parent's with pathlib's own child maker when this
-    Python has one that agrees with ``/``, else with ``/``: the same path either way."""
+def test_found_folders_are_the_paths_pathlib_spells(tmp_path: pathlib.Path) -> None:
+    """A found folder's path is built on its parent's: the same path as ``pathlib`` spells."""
     found = [str(tmp_path / "a"), str(tmp_path / "a b"), "rel/x", "x", str(tmp_path)]
-    assert [checker._folder(f) for f in found] == [pathlib.Path(f) for f in found]
-    assert all(str(checker._folder(f)) == str(pathlib.Path(f)) for f in found)
-    for owner in pathlib.Path.__mro__:
-        if "_make_child_relpath" in vars(owner):
-            monkeypatch.delattr(owner, "_make_child_relpath")
-    assert checker._child_maker() is None  # a Python without it: "/" is used
+    assert [discovery.folder_path(f) for f in found] == [pathlib.Path(f) for f in found]
+    assert all(str(discovery.folder_path(f)) == str(pathlib.Path(f)) for f in found)

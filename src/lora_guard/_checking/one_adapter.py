@@ -5,8 +5,9 @@ from __future__ import annotations
 import types
 from collections.abc import Iterable
 
-from lora_guard._checking.check_adapters import _CODES, Report, ServingLimits, spec_violations
+from lora_guard._checking.check_adapters import Report, ServingLimits, spec_violations
 from lora_guard._checking.registry import registered_checks
+from lora_guard._checking.rules.adapter import CODES as _CODES
 from lora_guard._core.errors import Violation
 from lora_guard._reading.adapters import AdapterSpec
 

@@ -1,0 +1,268 @@
+"""`ServingLimits`: what a server serves, validated when made."""
+
+from __future__ import annotations
+
+import os
+import types
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lora_guard._reading.adapters import FEATURES
+from lora_guard._reading.basemodel import BaseModelDims, load_base_config
+from lora_guard._reading.safetensors import DTYPE_NAMES, safetensors_code
+
+__all__ = ["ENGINE_RULES", "ServingLimits", "limits_argument", "names", "positive_int"]
+
+ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
+                "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
+                "target-modules-list", "plain-embeddings-refused")
+
+
+def positive_int(owner: str, name: str, value: object) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{owner}({name}=...) must be a positive int or None, got {value!r}")
+
+
+def names(owner: str, name: str, value: object, example: str) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ValueError(
+            f"{owner}({name}=...) takes a collection of names such as {example}, got {value!r}"
+        )
+    items = list(value)
+    if not items or not all(isinstance(v, str) and v for v in items):
+        raise ValueError(
+            f"{owner}({name}=...) takes a non-empty collection of names such as {example}, "
+            f"got {items!r}"
+        )
+    return frozenset(items)
+
+
+def _ranks(value: object) -> frozenset[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(
+            f"ServingLimits(allowed_ranks=...) takes a collection of ranks such as (8, 16), "
+            f"got {value!r}"
+        )
+    listed = list(value)
+    if not listed or not all(
+            isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in listed):
+        raise ValueError(
+            "ServingLimits(allowed_ranks=...) takes a non-empty collection of positive ints "
+            f"such as (8, 16), got {listed!r}"
+        )
+    return frozenset(listed)
+
+
+_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def _dtypes(value: object) -> frozenset[str] | None:
+    dtypes = names("ServingLimits", "dtypes", value, "('bfloat16', 'float16')")
+    if dtypes is None:
+        return None
+    normal = set()
+    for d in dtypes:
+        try:
+            normal.add(DTYPE_NAMES[safetensors_code(_DTYPE_ALIASES.get(d, d))])
+        except ValueError:
+            raise ValueError(
+                f"ServingLimits(dtypes=...) got unknown dtype {d!r}; use names such as "
+                "'bfloat16', 'float16', 'float32'"
+            ) from None
+    return frozenset(normal)
+
+
+def _known(owner: str, name: str, value: object, known: Iterable[str],
+           what: str) -> frozenset[str]:
+    """An optional set of names, each one of ``known`` (``allow``, ``engine_rules``)."""
+    if not value:
+        return frozenset()
+    example = f"({next(iter(known))!r},)"
+    given = names(owner, name, value, example) or frozenset()
+    unknown = sorted(given - set(known))
+    if unknown:
+        raise ValueError(
+            f"{owner}({name}=...) got unknown {what}(s) {unknown}; known {what}s: "
+            f"{', '.join(known)}"
+        )
+    return given
+
+
+@dataclass(frozen=True)
+class ServingLimits:
+    """What a server serves: max rank, ranks, slots, modules, dtypes, base model, features.
+
+    Every option is optional and validated when the limits are made. ``base_config`` is the
+    base model's Hugging Face ``config.json`` (a path, a folder holding it, or a dict).
+    ``allow`` names config features the server does implement (``dora``, ``lora_bias``,
+    ``bias``, ``modules_to_save``, ``trainable_tokens``, ``peft_type``, ``alora``,
+    ``layer_replication``, ``qalora``, ``bdlora``, ``added_tokens``); any other feature in
+    use is LG105.
+
+    Example:
+        >>> import lora_guard as lg
+        >>> limits = lg.ServingLimits(max_rank=16, target_modules=("q_proj", "v_proj"),
+        ...                           dtypes=("bf16", "float16"))
+        >>> sorted(limits.dtypes)
+        ['bfloat16', 'float16']
+        >>> lg.ServingLimits(max_rank=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: ServingLimits(max_rank=...) must be a positive int or None, got 0
+    """
+
+    max_rank: int | None = None
+    """Largest rank the server's pool holds (vLLM ``max_lora_rank``)."""
+    allowed_ranks: Collection[int] | None = None
+    """Ranks the server serves, when it serves only some."""
+    max_loras: int | None = None
+    """Adapter slots (vLLM ``max_loras``, sglang ``max_loras_per_batch``)."""
+    target_modules: Collection[str] | None = None
+    """Module types (or module path suffixes) the server applies LoRA to."""
+    dtypes: Collection[str] | None = None
+    """Allowed dtypes, as torch-style names."""
+    base_config: str | os.PathLike[str] | Mapping[str, Any] | None = None
+    """The base model's config.json (path, folder or dict), as given."""
+    allow: Collection[str] = frozenset()
+    """Features the server implements (names as above)."""
+    engine: str | None = None
+    """The engine release these limits are of (``"vllm==0.34.0"``), set by `for_engine`."""
+    engine_options: Mapping[str, Any] = field(default_factory=dict)
+    """The engine's LoRA flags as it resolves them (its defaults filled in), by `for_engine`."""
+    served_heads: Collection[str] | None = None
+    """``modules_to_save`` heads the server serves although it refuses others (vLLM
+    ``classifier``, ``score``)."""
+    max_loaded: int | None = None
+    """Adapters the engine holds loaded at once and refuses to load past (sglang
+    ``--max-loaded-loras``): more adapters than that in the set is LG110."""
+    engine_rules: Collection[str] = frozenset()
+    """The engine's own rules, by name: ``packed-slices`` (a packed module and its parts
+    match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112),
+    ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's),
+    ``cast`` (every weight is cast to the engine's dtype: mixed dtypes serve, LG106 only for
+    ``dtypes`` given), ``init-rerun`` (PEFT: loading a PiSSA/OLoRA adapter redoes its
+    deterministic init on the base, so it serves as trained), ``packed-names-native`` (a
+    weight named by a packed module, ``qkv_proj``, loads only on a base that has that module:
+    vLLM), ``heads-need-pooling`` (`served_heads` only on a base that is not a generative
+    ``*ForCausalLM``: vLLM's generate runner has no classifier), ``target-modules-list``
+    (``target_modules`` as a string other than ``all``/``all-linear`` is refused: sglang,
+    LG202)."""
+    base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
+    """The dims read from ``base_config``."""
+
+    if TYPE_CHECKING:  # typed as users pass them (any iterable), kept as frozensets
+        def __init__(
+            self, max_rank: int | None = None, allowed_ranks: Iterable[int] | None = None,
+            max_loras: int | None = None, target_modules: Iterable[str] | None = None,
+            dtypes: Iterable[str] | None = None,
+            base_config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+            allow: Iterable[str] = (), engine: str | None = None,
+            engine_options: Mapping[str, Any] = types.MappingProxyType({}),
+            served_heads: Iterable[str] | None = None, max_loaded: int | None = None,
+            engine_rules: Iterable[str] = (),
+        ) -> None: ...
+
+    def __post_init__(self) -> None:
+        owner = "ServingLimits"
+        positive_int(owner, "max_rank", self.max_rank)
+        positive_int(owner, "max_loras", self.max_loras)
+        positive_int(owner, "max_loaded", self.max_loaded)
+        self._set("allowed_ranks", _ranks(self.allowed_ranks))
+        self._set("target_modules", names(
+            owner, "target_modules", self.target_modules, "('q_proj', 'v_proj')"))
+        self._set("dtypes", _dtypes(self.dtypes))
+        self._set("allow", _known(owner, "allow", self.allow, FEATURES, "feature"))
+        self._set("served_heads", names(owner, "served_heads", self.served_heads,
+                                         "('score',)"))
+        self._set("engine_rules", _known(owner, "engine_rules", self.engine_rules,
+                                         ENGINE_RULES, "rule"))
+        if not isinstance(self.engine_options, Mapping):
+            raise ValueError("ServingLimits(engine_options=...) takes a mapping of option "
+                             f"names to values, got {type(self.engine_options).__name__}")
+        self._set("engine_options", types.MappingProxyType(dict(self.engine_options)))
+        if self.base_config is not None:
+            if not isinstance(self.base_config, (str, os.PathLike, Mapping)):
+                raise ValueError(
+                    "ServingLimits(base_config=...) takes a config.json path or a dict, got "
+                    f"{type(self.base_config).__name__}"
+                )
+            self._set("base", load_base_config(self.base_config))
+
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def for_engine(cls, name: str, *argv: str | Sequence[str], version: str | None = None,
+                   **engine_options: Any) -> ServingLimits:
+        """The limits of one engine release, from its own serve flags and defaults.
+
+        ``name`` is ``"vllm"``, ``"sglang"`` or ``"peft"``, optionally pinned
+        (``"vllm==0.34.0"``; ``version=`` does the same); without a version the newest
+        supported release. ``argv`` are the engine's flags as on its command line
+        (``"--max-lora-rank", "64"``, or one list of them; flags that do not bear on LoRA are
+        ignored);
+        ``engine_options`` the same by their Python names (``max_lora_rank=64``), plus
+        ``base_config=``. The engine's defaults fill in the rest (vLLM ``max_lora_rank`` 16).
+        An unknown engine or release, a LoRA flag that cannot be parsed or a combination the
+        engine refuses to start with raises ``ValueError`` naming it.
+
+        The profile is the engine's rules with their sources (``docs/engines/``): it passes
+        what the engine loads *and* serves correctly.
+
+        Example:
+            >>> import lora_guard as lg
+            >>> limits = lg.ServingLimits.for_engine("vllm", max_lora_rank=64)
+            >>> limits.engine, limits.max_rank, limits.max_loras
+            ('vllm==0.34.0', 64, None)
+            >>> lg.ServingLimits.for_engine("sglang", "--max-loaded-loras", "16").max_loaded
+            16
+            >>> lg.ServingLimits.for_engine("vllm", "--max-lora-rank", "24")  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            lora_guard._checking.engines.EngineOptionError: --max-lora-rank '24': not one of ...
+        """
+        from lora_guard._checking.engines import limits_for_engine
+
+        limits: ServingLimits = limits_for_engine(name, *argv, version=version,
+                                                  **engine_options)
+        return limits
+
+    def to_dict(self) -> dict[str, Any]:
+        """The limits as JSON-ready values (sets as sorted lists)."""
+        def listed(v: Collection[Any] | None) -> list[Any] | None:
+            return None if v is None else sorted(v)
+
+        base = self.base_config
+        return {
+            "max_rank": self.max_rank,
+            "allowed_ranks": listed(self.allowed_ranks),
+            "max_loras": self.max_loras,
+            "target_modules": listed(self.target_modules),
+            "dtypes": listed(self.dtypes),
+            "base_config": None if base is None else
+            ("<dict>" if isinstance(base, Mapping) else os.fspath(base)),
+            "allow": sorted(self.allow),
+            **({} if self.engine is None else {
+                "engine": self.engine,
+                "engine_options": {k: sorted(v) if isinstance(v, (set, frozenset)) else v
+                                   for k, v in self.engine_options.items()},
+                "max_loaded": self.max_loaded,
+            }),
+        }
+
+
+
+def limits_argument(owner: str, limits: object) -> ServingLimits:
+    """``limits`` as given to ``owner``: a `ServingLimits`, or the default ones for None."""
+    if limits is None:
+        return ServingLimits()
+    if not isinstance(limits, ServingLimits):
+        raise TypeError(
+            f"{owner}(limits=...) takes an lg.ServingLimits, got {type(limits).__name__}"
+        )
+    return limits

@@ -1,0 +1,186 @@
+"""LG109: an adapter that does not fit its base model (dims, layers, experts, vocab, module
+names of another architecture, modules of another tower)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Collection, Mapping
+
+from lora_guard._checking.limits import ServingLimits
+from lora_guard._checking.rules.shared import Expected, Grouped
+from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
+from lora_guard._reading.architectures import ARCHITECTURE_NAMES
+from lora_guard._reading.basemodel import BaseModelDims
+
+__all__ = ["check_dims", "check_saved_embeddings"]
+
+
+# Towers of a multimodal model have their own dims (vision_config, audio_config) that the
+# language model's config does not give: their modules are not compared with it.
+_OTHER_TOWERS = {
+    "vision": ("vision", "visual", "image", "multi_modal", "mm_projector"),
+    "audio": ("audio",),
+}
+
+
+_ANY_TOWER = re.compile("|".join(re.escape(mark) for marks in _OTHER_TOWERS.values()
+                                 for mark in marks))
+
+
+def _tower(module: str) -> str | None:
+    """``vision`` or ``audio`` for a module of a non-text tower, else None."""
+    if _ANY_TOWER.search(module) is None:  # one scan for every mark (most modules)
+        return None
+    for tower, marks in _OTHER_TOWERS.items():
+        if any(mark in module for mark in marks):
+            return tower
+    return None
+
+
+_TYPICAL_TARGETS = (
+    "q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "gate_proj", "up_proj", "down_proj",
+    "gate_up_proj", "c_attn", "c_proj", "c_fc", "query_key_value", "dense", "Wqkv", "out_proj",
+    "fc1", "fc2", "w1", "w2", "w3", "wqkv", "wo", "query", "key", "value",
+)
+_HEADS = frozenset(("score", "classifier", "qa_outputs", "lm_head", "embed_tokens"))
+_FUSED = {"gate_up_proj": ("gate_proj", "up_proj"), "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+          "w13": ("w1", "w3")}
+
+
+def _foreign(module: LoRAModuleSpec, base: BaseModelDims,
+             rules: Collection[str] = frozenset()) -> bool:
+    """A module whose name the base model's architecture does not have (GPT-2's ``c_attn`` on
+    a Llama base), when the architecture is known. Per-expert paths are not compared: their
+    names changed between transformers releases (``block_sparse_moe.experts.0.w1``). A packed
+    name whose parts the base has (``qkv_proj`` on Llama) is the base's unless the engine
+    loads only the base's own names (``packed-names-native``)."""
+    model_type = base.model_type or ""
+    if model_type not in ARCHITECTURE_NAMES:
+        return False
+    return _foreign_name(module.module, model_type, "packed-names-native" not in rules)
+
+
+@functools.lru_cache(maxsize=4096)
+def _foreign_name(path: str, model_type: str, fused_ok: bool) -> bool:
+    """`_foreign` of a module path (asked for every module of every adapter: remembered)."""
+    names = ARCHITECTURE_NAMES[model_type]
+    if ".experts." in path + ".":
+        return False
+    while path.endswith(".base_layer"):
+        path = path[: -len(".base_layer")]
+    leaf = path.rsplit(".", 1)[-1]
+    if leaf in names or leaf in _HEADS:
+        return False
+    return not (fused_ok and leaf in _FUSED and all(part in names for part in _FUSED[leaf]))
+
+
+def _check_base(module: LoRAModuleSpec, base: BaseModelDims,
+                grouped: Grouped, rules: Collection[str] = frozenset()) -> None:
+    key = module.a_key or module.b_key or module.module
+    tower = _tower(module.module)
+    if tower is not None:
+        if base.multimodal and (tower in base.towers or not base.towers):
+            return  # its dims are in the tower's own config
+        grouped.add(("LG109", "tower", tower), key, {
+            "tower": tower, "source": base.source})
+        return
+    if _foreign(module, base, rules):
+        names = ARCHITECTURE_NAMES[base.model_type or ""]
+        grouped.add(("LG109", "architecture", base.model_type), module.module, {
+            "model_type": base.model_type,
+            "example": ", ".join([n for n in _TYPICAL_TARGETS if n in names][:4]
+                                 or sorted(names)[:4])})
+        return
+    if module.layer is not None and base.num_layers is not None and (
+            module.layer >= base.num_layers):
+        grouped.add(("LG109", "layer", module.layer), key,
+                    {"layer": module.layer, "layers": base.num_layers})
+        return
+    moe = module.kind.startswith("moe")
+    if moe and base.num_experts is not None:
+        if module.expert is not None and module.expert >= base.num_experts:
+            grouped.add(("LG109", "expert", module.expert), key,
+                        {"expert": module.expert, "experts": base.num_experts})
+            return
+        if module.experts is not None and module.experts != base.num_experts and (
+                module.experts != 1 or module.kind != "moe-packed"):
+            grouped.add(("LG109", "dim", module.target, "expert-count", module.experts),
+                        key, {"which": "expert", "got": module.experts,
+                              "module_kind": f"{module.target} experts",
+                              "expected": base.num_experts,
+                              "source": f"num_experts {base.num_experts}"})
+            return
+    if moe and base.num_experts is None:
+        grouped.add(("LG109", "dim", module.target, "experts"), key, {
+            "which": "expert", "got": module.experts or "some",
+            "module_kind": f"{module.target} experts", "expected": 0,
+            "source": "the base config has no experts"})
+        return
+    if module.kind == "embedding":
+        _check_fit(module, *base.expected("embed_tokens", moe=False), grouped,
+                   module_kind="embed_tokens")
+        return
+    _check_fit(module, *base.expected(module.target, moe=moe, module=module.module), grouped)
+
+
+
+def _check_fit(module: LoRAModuleSpec, expected_in: Expected, expected_out: Expected,
+               grouped: Grouped, module_kind: str | None = None) -> None:
+    """LG109: A's in dim and B's out dim against the module's dims on the base model
+    (an embedding's in dim and lm_head's out dim are the vocab)."""
+    got_in, got_out = module.in_features, module.out_features
+    if (got_in is None or expected_in[0] is None or got_in == expected_in[0]) and (
+            got_out is None or expected_out[0] is None or got_out == expected_out[0]):
+        return  # both dims fit (most modules)
+    key = module.a_key or module.b_key or module.module
+    kind_name = module_kind or module.target
+    sides = (("in", module.in_features, expected_in, module.a_key, module.kind == "embedding"),
+             ("out", module.out_features, expected_out, module.b_key,
+              module.target == "lm_head"))
+    for which, got, (expected, source), tensor_key, is_vocab in sides:
+        if got is None or expected is None or got == expected:
+            continue
+        if is_vocab:
+            grouped.add(("LG109", "vocab", got), tensor_key or key,
+                        {"got": got, "expected": expected})
+        else:
+            grouped.add(("LG109", "dim", kind_name, which, got), tensor_key or key, {
+                "which": which, "got": got, "module_kind": kind_name, "expected": expected,
+                "source": source})
+
+
+def _check_vocab(module: LoRAModuleSpec, vocab: int, grouped: Grouped) -> None:
+    """LG109 against the vocab alone: an embedding's A and lm_head's B."""
+    known: Expected = (vocab, f"vocab_size {vocab}")
+    unknown: Expected = (None, "")
+    if module.kind == "embedding":
+        _check_fit(module, known, unknown, grouped)
+    elif module.target == "lm_head":
+        _check_fit(module, unknown, known, grouped)
+
+
+def check_saved_embeddings(spec: AdapterSpec, base: BaseModelDims, grouped: Grouped) -> None:
+    for key, what in spec.extra_keys.items():
+        if what not in ("embedding-base", "modules_to_save"):
+            continue
+        shape = spec.tensors[key].shape
+        leaf = key.removesuffix(".weight").removesuffix(".base_layer").rsplit(".", 1)[-1]
+        if leaf not in ("embed_tokens", "lm_head") or len(shape) != 2 or not base.vocab_size:
+            continue
+        if shape[0] != base.vocab_size:
+            grouped.add(("LG109", "vocab", shape[0]), key,
+                        {"got": shape[0], "expected": base.vocab_size})
+
+
+
+def check_dims(module: LoRAModuleSpec, limits: ServingLimits,
+                grouped: Grouped, vocab_size: int | None,
+                module_dims: Mapping[str, tuple[Expected, Expected]] | None) -> None:
+    """LG109: fit to the base model (its live modules, its config, or its vocab alone)."""
+    if module_dims is not None and module.module in module_dims:
+        _check_fit(module, *module_dims[module.module], grouped)
+    elif limits.base is not None:
+        _check_base(module, limits.base, grouped, limits.engine_rules)
+    elif vocab_size is not None:
+        _check_vocab(module, vocab_size, grouped)
