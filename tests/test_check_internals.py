@@ -13,7 +13,6 @@ import textwrap
 import pytest
 
 import lora_guard as lg
-from lora_guard._checking import check_adapters as checker
 from lora_guard._checking import discovery
 from lora_guard._checking.report import _indented
 from lora_guard._checking.rules import adapter as rules
@@ -145,67 +144,6 @@ def test_duplicate_keys_are_found_whatever_the_colons_in_strings(tmp_path: pathl
     (folder / "adapter_config.json").write_text(doubled)
     with pytest.raises(lg.AdapterError, match="duplicate key 'r'"):
         lg.inspect_adapter(folder)
-
-
-class _Counter:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls: dict[str, int] = {}
-        for name in ("stat", "lstat", "access", "open", "fstat", "scandir", "readlink"):
-            real = getattr(os, name)
-            monkeypatch.setattr(os, name, self._counted(name, real))
-
-    def _counted(self, name: str, real: object) -> object:
-        def call(*args: object, **kwargs: object) -> object:
-            self.calls[name] = self.calls.get(name, 0) + 1
-            return real(*args, **kwargs)  # type: ignore[operator]
-
-        return call
-
-
-def test_a_folder_of_adapters_costs_six_file_system_calls_per_adapter(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An operation count, not a timing: one lookup to find each adapter, one open and one
-    fstat per file, one open that finds no added_tokens.json; no realpath or stat per
-    adapter."""
-    for i in range(40):
-        write_adapter(tmp_path / "set" / f"a{i:02d}")
-    counter = _Counter(monkeypatch)
-    report = lg.check_adapters(tmp_path / "set")
-    assert report.ok and len(report.ids) == 40
-    per_adapter = sum(counter.calls.values()) / 40
-    assert per_adapter <= 6.5, counter.calls
-
-
-def test_a_fleet_of_few_recipes_has_each_recipes_modules_judged_once(
-    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An operation count, not a timing: 60 adapters trained from 3 recipes (their own
-    configs, the same header shapes) have the modules of each recipe compared once, and every
-    adapter still gets its own verdict, naming it."""
-    recipes = {"plain": {}, "config-rank": {"defects": ("config-rank",)},
-               "wide": {"rank": 64}}
-    for i in range(20):
-        for recipe, options in recipes.items():
-            write_adapter(tmp_path / "fleet" / f"{recipe}-{i:02d}",
-                          config_overrides={"revision": f"run-{i}"}, **options)  # type: ignore[arg-type]
-    real = rules._check_ranks
-    compared: list[str] = []
-
-    def counted(subject: str, module: object, *args: object) -> None:
-        compared.append(subject)
-        real(subject, module, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(rules, "_check_ranks", counted)
-    report = lg.check_adapters(tmp_path / "fleet", lg.ServingLimits(max_rank=16))
-    assert len(report.ids) == 60
-    assert len(compared) == 3 * 4  # 3 recipes x (q_proj, v_proj) x 2 layers, not 60 x 4
-    for adapter_id in report.ids:
-        codes = [v.code for v in report.by_adapter.get(adapter_id, ())]
-        recipe = pathlib.Path(adapter_id).name.rsplit("-", 1)[0]
-        assert codes == {"plain": [], "config-rank": ["LG102"], "wide": ["LG101"]}[recipe]
-        assert all(v.subject == f"adapter {adapter_id!r}"
-                   for v in report.by_adapter.get(adapter_id, ()))
 
 
 def test_serving_limits_take_tuples_lists_and_sets_and_keep_frozensets() -> None:

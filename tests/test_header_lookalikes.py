@@ -73,12 +73,3 @@ def test_an_entry_equal_in_value_to_a_checked_one_is_refused_for_its_types(
         lg.inspect_adapter(bad)
     assert said in str(refused.value)
     assert lg.inspect_adapter(good).tensors == lg.inspect_adapter(good).tensors
-
-
-def test_a_fleet_of_one_recipe_shares_its_tensor_records(tmp_path: pathlib.Path) -> None:
-    first = lg.inspect_adapter(write_adapter(tmp_path / "a", rank=8))
-    second = lg.inspect_adapter(write_adapter(tmp_path / "b", rank=8))
-
-    assert first.tensors == second.tensors
-    assert all(first.tensors[k] is second.tensors[k] for k in first.tensors)
-    assert all(a is b for a, b in zip(first.tensors, second.tensors, strict=True))  # names too

@@ -68,6 +68,9 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             continue
         if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
             path = os.fsdecode(args[0])
+            folder = getattr(_RELATIVE_TO, "folder", None)
+            if folder is not None:  # opened by name in a folder's descriptor
+                path = os.path.join(folder, path)
             if isinstance(args[2], int) and args[2] & getattr(os, "O_NOFOLLOW", 0):
                 # a link itself is never followed: where it is, not where it leads
                 path = os.path.join(os.path.realpath(os.path.dirname(path)),
@@ -79,6 +82,24 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             watch.ran.append(f"{event}{args!r:.200}")
         elif event == "exec" and not os.path.exists(getattr(args[0], "co_filename", "")):
             watch.ran.append(f"exec of {getattr(args[0], 'co_filename', '?')}")  # not an import
+
+
+_RELATIVE_TO = threading.local()
+_REAL_OPEN = os.open
+
+
+def _open_by_dir_fd(path: Any, flags: int, mode: int = 0o777, *,
+                    dir_fd: int | None = None) -> int:
+    """`os.open`, telling the audit hook which folder a name opened in ``dir_fd`` is in (the
+    reader opens a folder, then its files by name relative to it; the audit event has no
+    ``dir_fd``)."""
+    if dir_fd is None or os.path.isabs(os.fsdecode(path)):
+        return _REAL_OPEN(path, flags, mode)
+    _RELATIVE_TO.folder = os.readlink(f"/proc/self/fd/{dir_fd}")
+    try:
+        return _REAL_OPEN(path, flags, mode, dir_fd=dir_fd)
+    finally:
+        _RELATIVE_TO.folder = None
 
 
 sys.addaudithook(_hook)
@@ -108,13 +129,16 @@ def bounded(fn: Callable[[], T], *, seconds: float = 120) -> tuple[T, Watch, flo
 
     def target() -> None:
         watch = Watch(threading.get_ident())
+        _RELATIVE_TO.folder = None
         _WATCHES.append(watch)
         box["watch"] = watch
+        os.open = _open_by_dir_fd
         try:
             box["result"] = fn()
         except BaseException as exc:
             box["error"] = exc
         finally:
+            os.open = _REAL_OPEN
             _WATCHES.remove(watch)
 
     tracing = tracemalloc.is_tracing()

@@ -645,9 +645,15 @@ def _local_paths(paths: Sequence[str]) -> list[str]:
             out[raw] = None
             continue
         path = pathlib.Path(raw)
-        if not path.exists() and not path.is_symlink():
-            raise UsageError(f"no such file or folder: {raw}")
-        if path.is_file() and path.name.startswith("adapter_") and path.parent != path:
+        try:
+            os.lstat(path)
+            is_file = path.is_file()
+        except (FileNotFoundError, NotADirectoryError):
+            raise UsageError(f"no such file or folder: {raw}") from None
+        except OSError:  # a name too long, a loop: the checker says why (LG108)
+            out[raw] = None
+            continue
+        if is_file and path.name.startswith("adapter_") and path.parent != path:
             out[str(path.parent)] = None
         else:
             out[raw] = None

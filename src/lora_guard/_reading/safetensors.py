@@ -167,6 +167,21 @@ def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+class NegativeZero(ValueError):
+    """A header writes a number as ``-0``: JSON allows it, the safetensors library (whose
+    shapes and offsets are unsigned integers) refuses the file."""
+
+
+def _refuse_negative_zero(text: str) -> int:
+    if text == "-0":
+        raise NegativeZero(text)
+    return int(text)
+
+
+_UNSIGNED_DECODER = json.JSONDecoder(parse_constant=_refuse_constant,
+                                     parse_int=_refuse_negative_zero)
 _EXACT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant,
                                   object_pairs_hook=_refuse_duplicates)
 
@@ -279,6 +294,7 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
         raise HeaderError(f"header is not valid JSON ({exc})") from None
     if not isinstance(parsed, dict):
         raise HeaderError("header is not a JSON object")
+    _no_negative_zero(raw, text)
     _no_duplicate_keys(parsed, text, colons)
     metadata: dict[str, str] = {}
     if "__metadata__" in parsed:
@@ -287,6 +303,20 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
     if end != data_size:  # not back to back from 0 to the end: sorted and checked
         _check_offsets(tensors, data_size)
     return tensors, metadata
+
+
+def _no_negative_zero(raw: bytes, text: str) -> None:
+    """Refuse a header that writes a number as ``-0`` (every number of a header is a shape or
+    an offset, which the safetensors library reads as unsigned: it refuses ``-0``). Rare: only
+    a header whose bytes hold ``-0`` somewhere (in a string too) is parsed again."""
+    if b"-0" not in raw:
+        return
+    try:
+        _UNSIGNED_DECODER.decode(text)
+    except NegativeZero:
+        raise HeaderError(
+            "header writes a shape or data_offsets number as -0, which the safetensors "
+            "library refuses (they are unsigned integers)") from None
 
 
 def _no_duplicate_keys(parsed: dict[str, Any], text: str, colons: int) -> None:
