@@ -645,9 +645,10 @@ def test_a_pasted_sglang_command_takes_the_base_config_from_a_local_model_folder
     report = json.loads(out)
     assert report["limits"]["engine"] == "sglang==0.5.23"
     assert report["limits"]["base_config"] == str(model / "config.json")
-    assert report["summary"]["by_code"] == {"LG109": 3}  # q, k and v have in dim 64, not 128
-    assert "k_proj on the base model has 128 (hidden_size 128)" in \
-        report["adapters"][0]["violations"][0]["message"]
+    assert report["summary"]["by_code"] == {"LG109": 1}  # q, k and v: in dim 64, not 128
+    (said,) = report["adapters"][0]["violations"]
+    assert "k_proj in dim 64 where the base has 128 (hidden_size 128)" in said["message"]
+    assert said["details"]["kinds"] == 3
 
 
 @pytest.mark.parametrize(("engine", "launch"), [

@@ -204,6 +204,9 @@ def test_a_bigger_variant_of_the_architecture_is_lg109_naming_the_dims(
     assert not report.ok
     assert set(report.codes()) == {"LG109"}, [str(v) for v in report.violations]
     messages = "\n".join(str(v) for v in report.violations)
+    messages += "".join(  # the mismatches past the first few that an LG109 message names
+        f"\n{m['key']} {m['module_kind']} {m['which']} dim {m['got']}: {m['source']}"
+        for v in report.violations for m in v.details.get("mismatches", ()))
     for expected in adapter.arch.mismatch:
         assert expected in messages
 

@@ -718,6 +718,9 @@ _ENTRIES = (
             "Serve the adapter on a base model of the architecture it was trained on (its module "
             "names come from base_model_name_or_path's architecture); renaming the keys does "
             "not help, the weights belong to another network.",
+            "Serve the adapter on the base model it was trained on; its config does not say "
+            "which (base_model_name_or_path is empty): ask whoever trained it, or compare its "
+            "dims with the base models you serve.",
         ),
         example=(
             "lora-guard check ./adapter --base-config ./base/config.json   # LG109\n"
@@ -727,6 +730,10 @@ _ENTRIES = (
             "dim": (
                 "{subject}: {key} has {which} dim {got}, but {module_kind} on the base model "
                 "has {expected} ({source})."
+            ),
+            "dims": (
+                "{subject}: {count} weights do not fit the base model's dims, {kinds} "
+                "mismatches: {examples}{rest} (the first weight: {key})."
             ),
             "layer": (
                 "{subject}: {key} is for layer {layer}, but the base model has {layers} layers."

@@ -11,7 +11,12 @@ from lora_guard._checking.checks import check_moe_layouts
 from lora_guard._checking.limits import ServingLimits, limits_argument, names, positive_int
 from lora_guard._checking.registry import registered_violations
 from lora_guard._checking.rules.engine_rules import engine_rules, is_served
-from lora_guard._checking.rules.lg109_base import check_dims, check_saved_embeddings
+from lora_guard._checking.rules.lg109_base import (
+    base_model_hint,
+    check_dims,
+    check_saved_embeddings,
+    dims_violation,
+)
 from lora_guard._checking.rules.memo import Memo, ModuleOutcome, remember
 from lora_guard._checking.rules.shared import (
     FEATURE_TEXT,
@@ -175,15 +180,31 @@ def check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     if "init-rerun" in limits.engine_rules and str(
             spec.config.get("init_lora_weights")).lower() in _RERUN_INITS:
         found = [v for v in found if v.code != "LG116"]  # PEFT redoes the init when it loads
-    for (code, variant, *_), (name, count, details) in grouped.items.items():
-        target = "module" if code in ("LG102", "LG103", "LG104") else "key"
-        found.append(make_violation(code, variant, subject, **{
-            **details, target: more(name, count)}))
+    if grouped.items:
+        found.extend(_grouped_violations(subject, spec, grouped))
     if spec.moe_layout is not None:  # LG002: one adapter whose own MoE weights mix layouts
         found.extend(_mixed_layouts(subject, spec.tensors, memo))
     found.extend(registered_violations(subject, spec, limits))  # invariants defined in one unit
     if len(found) > 1:
         found.sort(key=lambda v: _ORDER.get(v.code, 99))
+    return found
+
+
+def _grouped_violations(subject: str, spec: AdapterSpec, grouped: Grouped) -> list[Violation]:
+    """One violation per kind of finding (its first subject and count); the dims of an
+    adapter trained on another base model said once (LG109 ``dims``)."""
+    found: list[Violation] = []
+    dims = [(name, count, details) for (code, variant, *_), (name, count, details)
+            in grouped.items.items() if code == "LG109" and variant == "dim"]
+    hint = base_model_hint(spec)
+    for (code, variant, *_), (name, count, details) in grouped.items.items():
+        if code == "LG109" and variant == "dim" and len(dims) > 1:
+            if name == dims[0][0]:
+                found.append(dims_violation(subject, dims, hint))
+            continue
+        target = "module" if code in ("LG102", "LG103", "LG104") else "key"
+        found.append(make_violation(code, variant, subject, **{
+            **details, target: more(name, count)}, hint=hint if code == "LG109" else None))
     return found
 
 

@@ -6,14 +6,48 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Collection, Mapping
+from typing import Any
 
 from lora_guard._checking.limits import ServingLimits
-from lora_guard._checking.rules.shared import Expected, Grouped
+from lora_guard._checking.rules.shared import Expected, Grouped, more
+from lora_guard._core.catalogue import INVARIANTS
+from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
 from lora_guard._reading.architectures import ARCHITECTURE_NAMES
 from lora_guard._reading.basemodel import BaseModelDims
 
-__all__ = ["check_dims", "check_saved_embeddings"]
+__all__ = ["base_model_hint", "check_dims", "check_saved_embeddings", "dims_violation"]
+
+_SHOWN_DIMS = 3
+"""Mismatched dims named in an LG109 ``dims`` message (the rest are counted)."""
+_UNNAMED_BASE_FIX = 4
+"""The LG109 fix for an adapter whose config does not name its base model."""
+
+
+def base_model_hint(spec: AdapterSpec) -> str | None:
+    """The LG109 fix for an adapter whose config leaves ``base_model_name_or_path`` empty
+    (the usual fix points there); None: the fix of the message's variant."""
+    named = spec.config.get("base_model_name_or_path")
+    if isinstance(named, str) and named.strip():
+        return None
+    return INVARIANTS["LG109"].fixes[_UNNAMED_BASE_FIX]
+
+
+def dims_violation(subject: str, dims: list[tuple[str, int, dict[str, Any]]],
+                   hint: str | None) -> Violation:
+    """LG109 ``dims``: the weights of one adapter that do not fit the base model's dims, said
+    once with their count and the first mismatches (an adapter trained on another base model
+    misses every module's dims; one line each said the same thing many times)."""
+    shown = [f"{d['module_kind']} {d['which']} dim {d['got']} where the base has "
+             f"{d['expected']} ({d['source']})" for _, _, d in dims[:_SHOWN_DIMS]]
+    rest = len(dims) - len(shown)
+    name, count, _ = dims[0]
+    return make_violation(
+        "LG109", "dims", subject, count=sum(count for _, count, _ in dims), kinds=len(dims),
+        examples="; ".join(shown), rest=f"; and {rest} more" if rest else "",
+        key=more(name, count),
+        mismatches=[{"key": name, "count": count, **details}
+                    for name, count, details in dims], hint=hint)
 
 
 # Towers of a multimodal model have their own dims (vision_config, audio_config) that the
