@@ -139,32 +139,6 @@ def _read_shapes(subject: str, specs: Mapping[str, DimSpec], values: Mapping[str
     return shapes, seen_dtypes, found
 
 
-def _bind(subject: str, arg: str, i: int, spec: DimSpec, shape: tuple[int, ...],
-          bound: dict[str, _Bound]) -> Violation | None:
-    """Bind dim ``i`` of ``arg`` (into ``bound``), or the LG004 of its disagreement."""
-    dim, axis = spec.dims[i], spec.axis(i)
-    got = shape[axis]
-    if dim.kind == "any":
-        return None
-    if dim.kind == "literal":
-        return None if got == dim.value else make_violation(
-            "LG004", "literal", subject, argument=arg, axis=axis, got=got, shape=shape,
-            spec=spec.text, expected=dim.value)
-    factor = dim.value if dim.kind == "multiple" else 1
-    if got % factor:
-        return make_violation("LG004", "multiple", subject, argument=arg, axis=axis, got=got,
-                              shape=shape, spec=spec.text, factor=factor)
-    prior = bound.get(dim.name)
-    if prior is None:
-        bound[dim.name] = _Bound(got // factor, arg, axis)
-    elif prior.value * factor != got:
-        return make_violation("LG004", "bound", subject, argument=arg, axis=axis,
-                              dim=dim.name if factor == 1 else f"{factor}*{dim.name}",
-                              expected=prior.value * factor, bound_by=prior.argument,
-                              got=got, shape=shape, spec=spec.text)
-    return None
-
-
 def bind_dims(
     subject: str,
     specs: Mapping[str, DimSpec],

@@ -109,12 +109,6 @@ def _numpy() -> Any:
 _NP = _numpy()
 
 
-def _nonfinite_np(chunk: bytes, dtype: str) -> tuple[int, int]:
-    """(NaN, Inf) counts of one chunk, counted exactly with numpy."""
-    unsigned = _NP.frombuffer(chunk, f"<u{_WIDTH[dtype]}")
-    return _exact_np(unsigned, dtype)
-
-
 def _exact_np(unsigned: Any, dtype: str) -> tuple[int, int]:
     np, exponent = _NP, _EXPONENT[dtype]
     bad = int(np.count_nonzero((unsigned & exponent) == exponent))
