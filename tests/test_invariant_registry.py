@@ -23,6 +23,7 @@ from lora_guard._core.codes import check_codes
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._frontends.cli import main
 from lora_guard._reading.adapters import AdapterSpec
+from lora_guard.testing import write_adapter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -125,3 +126,18 @@ def test_removing_the_made_up_invariant_leaves_the_catalogue_as_shipped() -> Non
     assert list(lg.INVARIANTS) == shipped
     with pytest.raises(ValueError, match="'LG199' is not a lora_guard code"):
         check_codes("LG199", where="allow")
+
+
+def test_a_registered_code_is_skipped_alike_by_every_entry_point(
+        lg199: None, tmp_path: pathlib.Path) -> None:
+    """The integrations call `spec_violations`, users `check_adapter`: both take the codes of
+    one registry (a registered code was refused by the first and accepted by the second)."""
+    from lora_guard._checking.check_adapters import spec_violations
+
+    spec = lg.inspect_adapter(write_adapter(tmp_path / "a", config_overrides={
+        "lora_dropout": 0.9}))
+    assert [v.code for v in spec_violations(spec)] == ["LG199"]
+    assert spec_violations(spec, skip=("LG199",)) == []
+    assert lg.check_adapter(spec, skip="LG199").ok
+    with pytest.raises(ValueError, match="LG198"):
+        spec_violations(spec, skip=("LG198",))

@@ -6,8 +6,7 @@ import types
 from collections.abc import Iterable
 
 from lora_guard._checking.check_adapters import Report, ServingLimits, spec_violations
-from lora_guard._checking.registry import registered_checks
-from lora_guard._checking.rules.adapter import CODES as _CODES
+from lora_guard._checking.registry import adapter_codes
 from lora_guard._core.errors import Violation
 from lora_guard._reading.adapters import AdapterSpec
 
@@ -16,7 +15,7 @@ __all__ = ["adapter_check_codes", "check_adapter"]
 
 def adapter_check_codes() -> tuple[str, ...]:
     """The codes `check_adapter` can report (and ``skip`` accepts), in code order."""
-    return tuple(sorted({*_CODES, *(inv.code for inv, _ in registered_checks())}))
+    return adapter_codes()
 
 
 def _skipped(skip: str | Iterable[str]) -> frozenset[str]:

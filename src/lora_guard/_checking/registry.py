@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     from lora_guard._checking.check_adapters import ServingLimits
 
 __all__ = [
+    "BUILT_IN_ORDER",
     "AdapterCheck",
+    "adapter_codes",
     "adapter_invariant",
     "registered_checks",
     "registered_violations",
@@ -55,6 +57,29 @@ AdapterCheck = Callable[[str, AdapterSpec, "ServingLimits"], Iterable[Violation]
 
 ``subject`` names the adapter in messages (``adapter 'path'``); the check reads the spec's
 metadata only and raises nothing for a bad adapter: a finding is a `Violation`."""
+
+BUILT_IN_ORDER: tuple[str, ...] = (
+    "LG115", "LG116", "LG105", "LG118", "LG104", "LG103", "LG107", "LG102", "LG101",
+    "LG111", "LG112", "LG106", "LG109", "LG121", "LG002")
+"""The codes of the built-in checks of one adapter (`check_spec`), in the order a report
+lists them: what the adapter holds first (no tensors, an init, features), then its keys, its
+modules, its ranks, its dtypes, its fit to the base. The one list of them: `adapter_codes`,
+``skip=`` and the report order read it; a code registered with `adapter_invariant` follows
+them, in code order."""
+
+_RANK = {code: i for i, code in enumerate(BUILT_IN_ORDER)}
+
+
+def report_rank(code: str) -> int:
+    """Where a violation of ``code`` goes in one adapter's list (registered codes last)."""
+    return _RANK.get(code, len(_RANK))
+
+
+def adapter_codes() -> tuple[str, ...]:
+    """Every code the checks of one adapter can report (built in and registered), in code
+    order: what ``skip=`` of `check_adapter` and `spec_violations` accepts."""
+    return tuple(sorted({*BUILT_IN_ORDER, *_CHECKS}))
+
 
 _Check = TypeVar("_Check", bound=AdapterCheck)
 _CHECKS: dict[str, AdapterCheck] = {}

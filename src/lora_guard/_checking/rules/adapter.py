@@ -9,7 +9,7 @@ from typing import Any
 
 from lora_guard._checking.checks import check_moe_layouts
 from lora_guard._checking.limits import ServingLimits, limits_argument, names, positive_int
-from lora_guard._checking.registry import registered_violations
+from lora_guard._checking.registry import adapter_codes, registered_violations, report_rank
 from lora_guard._checking.rules.engine_rules import engine_rules, is_served
 from lora_guard._checking.rules.lg109_base import (
     base_model_hint,
@@ -36,7 +36,7 @@ from lora_guard._reading.adapters import (
     pattern_value,
 )
 
-__all__ = ["CODES", "check_spec", "spec_violations"]
+__all__ = ["check_spec", "spec_violations"]
 
 _RERUN_INITS = ("pissa", "olora")  # deterministic: PEFT's loading rewrites the base again
 
@@ -152,10 +152,6 @@ def _block_diagonal(bd: object, module: LoRAModuleSpec) -> LoRAModuleSpec:
     return replace(module, a_shape=a, b_shape=b)
 
 
-_ORDER = {c: i for i, c in enumerate(
-    ("LG115", "LG116", "LG105", "LG118", "LG104", "LG103", "LG107", "LG102", "LG101",
-     "LG111", "LG112", "LG106", "LG109", "LG121", "LG002"))}
-"""The order of one adapter's violations in a report."""
 
 
 def check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
@@ -186,7 +182,7 @@ def check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
         found.extend(_mixed_layouts(subject, spec.tensors, memo))
     found.extend(registered_violations(subject, spec, limits))  # invariants defined in one unit
     if len(found) > 1:
-        found.sort(key=lambda v: _ORDER.get(v.code, 99))
+        found.sort(key=lambda v: report_rank(v.code))
     return found
 
 
@@ -440,9 +436,6 @@ def _dtype_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
                 allowed=", ".join(sorted(limits.dtypes))))
 
 
-CODES = ("LG002", "LG101", "LG102", "LG103", "LG104", "LG105", "LG106", "LG107", "LG109",
-          "LG111", "LG112", "LG115", "LG116", "LG118", "LG121")
-
 
 def spec_violations(
     spec: AdapterSpec,
@@ -480,11 +473,12 @@ def spec_violations(
     """
     limits = limits_argument("spec_violations", limits)
     skipped = names("spec_violations", "skip", skip, "('LG106',)") if skip else frozenset()
-    unknown = sorted(set(skipped or ()) - set(CODES))
+    codes = adapter_codes()
+    unknown = sorted(set(skipped or ()) - set(codes))
     if unknown:
         raise ValueError(
             f"spec_violations(skip=...) got {unknown}; it takes codes of one adapter's checks: "
-            f"{', '.join(CODES)}"
+            f"{', '.join(codes)}"
         )
     positive_int("spec_violations", "vocab_size", vocab_size)
     found = check_spec(subject or f"adapter {spec.name!r}", spec, limits,
