@@ -49,7 +49,8 @@ if TYPE_CHECKING:
         slot_maps_consistent,
     )
     from ._guarding.shapes import frozen_dims, shapes, unfreeze
-    from ._reading.adapters import AdapterSpec, LoRAModuleSpec, TensorInfo, inspect_adapter
+    from ._reading.adapters import AdapterSpec, LoRAModuleSpec, TensorInfo
+    from ._reading.inspect import inspect_adapter
     from ._reading.moe import MoELayout
 
 __version__ = "0.1.0"
@@ -57,7 +58,8 @@ __version__ = "0.1.0"
 # Where each public name lives; the TYPE_CHECKING imports above say the same for type
 # checkers, and a test keeps the two in step.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "._reading.adapters": ("AdapterSpec", "LoRAModuleSpec", "TensorInfo", "inspect_adapter"),
+    "._reading.adapters": ("AdapterSpec", "LoRAModuleSpec", "TensorInfo"),
+    "._reading.inspect": ("inspect_adapter",),
     "._guarding.cache": ("GuardedCache", "guard_cache_lookup", "weight_cache_key"),
     "._core.catalogue": ("INVARIANTS", "Invariant"),
     "._checking.check_adapters": ("Report", "ServingLimits", "adapter_servable", "check_adapters"),

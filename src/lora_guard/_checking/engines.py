@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lora_guard._reading.adapters import FEATURES
 
 if TYPE_CHECKING:
-    from lora_guard._checking.check_adapters import ServingLimits
+    from lora_guard._checking.limits import ServingLimits
 
 __all__ = [
     "ENGINES",
@@ -544,7 +544,7 @@ def resolve_options(release: EngineProfile, argv: Sequence[str] = (),
 def limits_for_engine(name: str, *argv: str | Sequence[str], version: str | None = None,
                       base_config: Any = None, **options: Any) -> ServingLimits:
     """`ServingLimits.for_engine`: the limits of one engine release from its flags."""
-    from lora_guard._checking.check_adapters import ServingLimits
+    from lora_guard._checking.limits import ServingLimits
 
     release = profile(name, version)
     flat: list[str] = []

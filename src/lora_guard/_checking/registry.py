@@ -40,7 +40,7 @@ from lora_guard._core.errors import _CLASSES, Violation
 from lora_guard._reading.adapters import AdapterSpec
 
 if TYPE_CHECKING:
-    from lora_guard._checking.check_adapters import ServingLimits
+    from lora_guard._checking.limits import ServingLimits
 
 __all__ = [
     "BUILT_IN_ORDER",

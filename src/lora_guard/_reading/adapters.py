@@ -21,7 +21,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from lora_guard._core.config import refuse
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._core.frozen import builder
 from lora_guard._reading.moe import MoELayout, moe_layout
@@ -49,7 +48,6 @@ __all__ = [
     "NotLoRA",
     "TensorInfo",
     "added_tokens_of",
-    "inspect_adapter",
     "is_adapter_dir",
     "join_name",
     "load_spec",
@@ -1515,49 +1513,7 @@ def forget_remembered() -> None:
         memory.clear()
 
 
-def _remote_url(path: str) -> bool:
-    """``hf://``, ``s3://``, ``http(s)://``, or a bare Hub id ``ORG/NAME`` naming no local path."""
-    from lora_guard._reading.remote import (
-        is_remote,  # light: the libraries load only when a remote is read
-    )
-
-    return is_remote(path)
-
-
 def malformed_violation(subject: str, exc: Malformed) -> Violation:
     """The LG108 violation for an unreadable adapter (LG140 for a failed remote read)."""
     return make_violation(exc.code, exc.kind, subject, file=exc.file, problem=exc.problem,
                           **exc.details)
-
-
-def inspect_adapter(path: str | os.PathLike[str]) -> AdapterSpec:
-    """Read one adapter folder's config and safetensors header into an `AdapterSpec`.
-
-    Never reads tensor data and never unpickles. An adapter that cannot be read safely (a
-    missing or invalid ``adapter_config.json``, an invalid or inconsistent header, pickle
-    weights, a symlink out of the folder) raises `lora_guard.AdapterError` LG108 naming the
-    file and the problem, whatever the mode: there is no spec to return. Serving problems
-    (rank, targets, features, dims) are not raised here; `check_adapters` reports them.
-
-    Example:
-        >>> import tempfile, lora_guard as lg
-        >>> from lora_guard.testing import write_adapter
-        >>> spec = lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/a", targets=("q_proj",)))
-        >>> sorted(spec.modules)
-        ['model.layers.0.self_attn.q_proj', 'model.layers.1.self_attn.q_proj']
-        >>> lg.inspect_adapter(write_adapter(tempfile.mkdtemp() + "/old", defects=("pickle-bin",)))
-        Traceback (most recent call last):
-        ...
-        lora_guard.AdapterError: LG108 malformed-adapter: adapter 'old': adapter_model.bin: ...
-    """
-    if isinstance(path, str) and _remote_url(path):
-        from lora_guard._reading.remote import (
-            inspect_remote,  # the remote extra, imported only when asked
-        )
-
-        return inspect_remote(path)
-    folder = pathlib.Path(path)
-    try:
-        return load_spec(folder)
-    except Malformed as exc:
-        refuse([malformed_violation(f"adapter {folder.name!r}", exc)])
