@@ -156,7 +156,7 @@ def _lookup(index: Mapping[str, AdapterSpec], adapter_id: str) -> AdapterSpec | 
     return found if found is not None else index.get(_spec_key(adapter_id))
 
 
-_ENCODE_STR = json.encoder.encode_basestring_ascii
+_ENCODE_STR = json.JSONEncoder().encode  # a str: its JSON text, ASCII as json.dumps writes it
 
 
 def _indented(value: Any, pad: str) -> str:

@@ -17,7 +17,7 @@ import math
 import os
 import stat
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,19 +187,17 @@ _EXACT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant,
 
 
 _JSON_SPACE = " \t\n\r"
-_scan: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
-
-
 def _decoded(text: str) -> Any:
     """``_DECODER.decode(text)``: the same value, and the same error for a text that is not
     JSON. A text that starts with its value (every config and header but a padded one) is
-    scanned directly, without ``decode``'s two whitespace matches; any other text, or one
-    with more than JSON whitespace after its value, goes through ``decode`` itself."""
+    read by ``raw_decode`` alone, without ``decode``'s two whitespace matches; any other text
+    (leading whitespace, no value, more than JSON whitespace after the value) goes through
+    ``decode`` itself, which says why it is not JSON."""
     try:
-        value, end = _scan(text, 0)
-    except StopIteration:  # leading whitespace, or no value: decode skips it or says so
-        end = -1
-    if end == -1 or (end != len(text) and text[end:].strip(_JSON_SPACE)):
+        value, end = _DECODER.raw_decode(text)
+    except json.JSONDecodeError:
+        return _DECODER.decode(text)
+    if end != len(text) and text[end:].strip(_JSON_SPACE):
         return _DECODER.decode(text)  # (more than whitespace after the value: "Extra data")
     return value
 
