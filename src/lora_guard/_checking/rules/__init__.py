@@ -1,0 +1,1 @@
+"""The checks of one adapter, by job (see CONTRIBUTING.md: Layout)."""
