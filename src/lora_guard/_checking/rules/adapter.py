@@ -192,15 +192,15 @@ def _grouped_violations(subject: str, spec: AdapterSpec, grouped: Grouped) -> li
     found: list[Violation] = []
     dims = [(name, count, details) for (code, variant, *_), (name, count, details)
             in grouped.items.items() if code == "LG109" and variant == "dim"]
-    hint = base_model_hint(spec)
     for (code, variant, *_), (name, count, details) in grouped.items.items():
+        hint = base_model_hint(spec, variant) if code == "LG109" else None
         if code == "LG109" and variant == "dim" and len(dims) > 1:
             if name == dims[0][0]:
                 found.append(dims_violation(subject, dims, hint))
             continue
         target = "module" if code in ("LG102", "LG103", "LG104") else "key"
         found.append(make_violation(code, variant, subject, **{
-            **details, target: more(name, count)}, hint=hint if code == "LG109" else None))
+            **details, target: more(name, count)}, hint=hint))
     return found
 
 

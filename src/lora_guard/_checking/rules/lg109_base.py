@@ -24,13 +24,15 @@ _UNNAMED_BASE_FIX = 4
 """The LG109 fix for an adapter whose config does not name its base model."""
 
 
-def base_model_hint(spec: AdapterSpec) -> str | None:
-    """The LG109 fix for an adapter whose config leaves ``base_model_name_or_path`` empty
-    (the usual fix points there); None: the fix of the message's variant."""
+def base_model_hint(spec: AdapterSpec, variant: str) -> str | None:
+    """The LG109 fix for an adapter whose config leaves ``base_model_name_or_path`` empty,
+    where the variant's own fix points there (dims, layers, experts, vocab); None: the fix
+    of the message's variant."""
     named = spec.config.get("base_model_name_or_path")
-    if isinstance(named, str) and named.strip():
+    entry = INVARIANTS["LG109"]
+    if (isinstance(named, str) and named.strip()) or entry.variant_fixes.get(variant, 0):
         return None
-    return INVARIANTS["LG109"].fixes[_UNNAMED_BASE_FIX]
+    return entry.fixes[_UNNAMED_BASE_FIX]
 
 
 def dims_violation(subject: str, dims: list[tuple[str, int, dict[str, Any]]],
