@@ -5,7 +5,7 @@ Every server binds 127.0.0.1 on a free port, runs in a daemon thread, records ea
 here talks to the real Hub or AWS.
 
 - `S3Server`: moto's S3 backend served over HTTP (moto in server mode), wrapped in a WSGI layer
-  that records what s3fs asked for and what was sent back.
+  that records what botocore asked for and what was sent back.
 - `FileServer`: serves a folder over HTTP with ``Range`` support written here; faults on
   demand (statuses per path, a redirect, a server that ignores ranges, a cut-off body).
 - `FileServer(tls=...)`: the same over HTTPS, with a self-signed certificate for 127.0.0.1
@@ -327,7 +327,7 @@ class _Recording:
 
 
 class S3Server:
-    """moto's S3 API on the loopback (the server mode s3fs talks to as to AWS)."""
+    """moto's S3 API on the loopback (the server mode botocore talks to as to AWS)."""
 
     def __init__(self) -> None:
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app

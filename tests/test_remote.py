@@ -1,8 +1,10 @@
 """Remote adapters: checked where they live (S3, HTTP, the Hub) from a few kB of ranged reads.
 
 Every store is a real server on the loopback that the real client talks to: moto's S3 API for
-s3fs, an HTTP server with ranges for requests, and a stand-in of the Hub's tree and resolve
-endpoints for huggingface_hub. Any connection to another host fails the test.
+botocore's signed requests, an HTTP server with ranges, and a stand-in of the Hub's tree and
+resolve endpoints for huggingface_hub's headers and error mapping (every request sent by
+lora_guard's bounded client, `lora_guard._reading.fetch`). Any connection to another host
+fails the test.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from lora_guard._frontends.cli import main
 from lora_guard._testing.adapter_writer import write_adapter
 from remote_servers import S3_ENV, FileServer, S3Server, self_signed
 
-pytest.importorskip("s3fs")
+pytest.importorskip("botocore")
 pytest.importorskip("moto")
 pytest.importorskip("huggingface_hub")
 
@@ -411,7 +413,7 @@ def test_hub_offline_mode_is_reported_not_raised(hub: FileServer,
 
 def test_without_the_extra_a_remote_path_names_the_extra(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "s3fs", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "botocore.session", None)  # as if not installed
     with pytest.raises(RuntimeError, match=r"lora-guard\[remote\]"):
         lg.check_adapters("s3://bkt/loras/")
     assert main(["check", "s3://bkt/loras/"]) == 2
