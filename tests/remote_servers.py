@@ -119,7 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
             queued = srv.faults.get(path)
             status = queued.pop(0) if queued else None
         if status is not None:
-            headers = {"Retry-After": "0"} if status in (429, 503) else {}
+            headers = {"Retry-After": srv.retry_after} if status in (429, 503) else {}
             self._reply(status, b"fault", headers, record)
             return
         if path in srv.redirects:
@@ -256,6 +256,7 @@ class FileServer(ThreadingHTTPServer):
         self.cut_after: dict[str, int] = {}
         self.private: set[str] = set()
         self.token = "hf_test_token"
+        self.retry_after = "0"  # what a 429 or 503 fault asks the client to wait
 
     @property
     def url(self) -> str:

@@ -345,6 +345,23 @@ def test_a_hung_server_is_one_adapters_timeout_not_a_hung_check(
     assert len(http.log.for_path("/loras/math/adapter_config.json")) == 2  # tried, retried
 
 
+def test_a_retry_after_past_its_cap_is_waited_for_the_cap_only(
+        http: FileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server asking for a billion seconds gets the cap (60 s; 0.2 s here), then the read is
+    retried and served; where the cap itself passes the deadline, the read ends at once."""
+    from lora_guard._reading import fetch
+
+    monkeypatch.setattr(fetch, "MAX_RETRY_AFTER", 0.2)
+    http.faults["/loras/math/adapter_config.json"] = [429]  # with Retry-After: 1000000000
+    http.retry_after = "1000000000"
+    assert lg.check_adapters(f"{http.url}/loras/math").ok
+    assert len(http.log.for_path("/loras/math/adapter_config.json")) == 2
+    monkeypatch.setenv("LORA_GUARD_REMOTE_DEADLINE", "0.1")
+    http.faults["/loras/math/adapter_config.json"] = [429]
+    message = _lg140(lg.check_adapters(f"{http.url}/loras/math"), f"{http.url}/loras/math")
+    assert "Retry-After: 1000000000 s" in message and "deadline" in message
+
+
 # --- the Hub -------------------------------------------------------------------------------
 
 
@@ -425,6 +442,14 @@ def test_a_bad_remote_setting_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("LORA_GUARD_REMOTE_WORKERS", "0")
     assert main(["check", "s3://bkt/loras/"]) == 2
     assert "LORA_GUARD_REMOTE_WORKERS='0': set it to an integer from 1 to 1024" in (
+        capsys.readouterr().err)
+
+
+def test_a_bad_deadline_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("LORA_GUARD_REMOTE_DEADLINE", "-1")
+    assert main(["check", "s3://bkt/loras/"]) == 2
+    assert "LORA_GUARD_REMOTE_DEADLINE='-1': set it to a number of seconds > 0" in (
         capsys.readouterr().err)
 
 

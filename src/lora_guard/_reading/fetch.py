@@ -434,4 +434,4 @@ def _shown(url: str) -> str:
     """A URL safe to show: no user:password, no query."""
     parts = urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, netloc, parts.path, "?..." if parts.query else "", ""))
+    return urlunsplit((parts.scheme, netloc, parts.path, "..." if parts.query else "", ""))

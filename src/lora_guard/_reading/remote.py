@@ -194,7 +194,7 @@ def _redact(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)[-1]
     if "@" in parts.netloc:
         netloc = "***@" + netloc
-    return urlunsplit((parts.scheme, netloc, parts.path, "?..." if parts.query else "", ""))
+    return urlunsplit((parts.scheme, netloc, parts.path, "..." if parts.query else "", ""))
 
 
 def _folder_of(path: str) -> str:
