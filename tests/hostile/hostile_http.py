@@ -119,7 +119,7 @@ def endless(status: int, headers: Mapping[str, str] | None = None, chunk: bytes 
     return behave
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _raw_deflate(mib: int) -> tuple[bytes, int, int]:
     """``mib`` MiB of zeros as a raw deflate stream (a thousandth of the size), with the
     CRC-32 and Adler-32 of the zeros."""
@@ -225,7 +225,7 @@ class HostileServer:
                 buffer += data
             head, _, buffer = buffer.partition(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
-            method, target, _ = (lines[0].split(" ") + ["", ""])[:3]
+            method, target, _ = [*lines[0].split(" "), "", ""][:3]
             headers = {}
             for line in lines[1:]:
                 name, _, value = line.partition(":")

@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 __all__ = ["ERROR_BODY_CAP", "MAX_RETRY_AFTER", "Client", "FetchError", "Reply", "origin_of"]
 
@@ -274,6 +274,20 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
 
 
+def _userinfo(url: str, credentials: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """``user:password@`` of a URL taken out of it, as Basic auth for its origin only."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, dict(credentials)
+    import base64
+
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    basic = {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+    bare = urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, parts.query,
+                       ""))
+    return bare, {**basic, **credentials}
+
+
 class Client:
     """GETs with a total deadline, capped bodies, retries and origin-bound credentials.
 
@@ -332,13 +346,14 @@ class Client:
         end = time.monotonic() + self.deadline
         if until is not None:
             end = min(end, until)
+        url, credentials = _userinfo(url, credentials or {})
         token = _deadline.set(end)
         try:
             wait, attempt = self.backoff, 0
             while True:
                 try:
                     reply = self._follow(method, url, limit, dict(headers or {}),
-                                         credentials or {}, origin or origin_of(url),
+                                         credentials, origin or origin_of(url),
                                          cross_origin, follow)
                 except self.httpcore.UnsupportedProtocol as exc:
                     raise FetchError(f"not an HTTP URL ({_short(exc)})", "untrusted") from None
@@ -399,15 +414,11 @@ class Client:
             return
 
     def _once(self, method: str, url: str, headers: Mapping[str, str], limit: int) -> Reply:
-        parts = urlsplit(url)
-        sent = {"Accept-Encoding": "identity", **headers}
-        if parts.username is not None:  # user:password@ in the URL: Basic auth to that URL
-            import base64
-
-            pair = f"{parts.username}:{parts.password or ''}".encode()
-            sent.setdefault("Authorization", "Basic " + base64.b64encode(pair).decode())
+        if urlsplit(url).username is not None:  # a redirect's user info is never sent
+            parts = urlsplit(url)
             url = urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path,
                               parts.query, ""))
+        sent = {"Accept-Encoding": "identity", **headers}
         timeouts = {"connect": self.timeout, "read": self.timeout, "write": self.timeout,
                     "pool": self.timeout}
         with self._pool(url).stream(method, url, headers=list(sent.items()),

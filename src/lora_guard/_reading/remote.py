@@ -264,18 +264,22 @@ def _unsafe(path: str) -> str | None:
         decoded, previous = segment, None
         while decoded != previous:  # %252e%252e is %2e%2e is ..
             previous, decoded = decoded, unquote(decoded)
-        if segment in ("", ".", ".."):
-            return f"holds a {segment or 'empty'!r} segment" if segment else (
-                "holds an empty segment")
+        if segment == "":
+            return "holds an empty segment"
+        if segment in (".", ".."):
+            return f"holds a {segment!r} segment"
         if decoded in (".", "..") or "/" in decoded or "\\" in decoded:
             return f"holds {segment!r}, an encoded {decoded!r}"
     return None
 
 
-def _check_listed(shown: str, paths: Iterable[str]) -> None:
-    """`Malformed` (LG108, untrusted) for a listing naming any path that is not safe."""
+def _check_listed(paths: Iterable[str], under: str = "") -> None:
+    """`Malformed` (LG108, untrusted) for a listing naming any path that is not safe, or
+    one outside the folder ``under`` that was listed."""
     for path in paths:
         why = _unsafe(path)
+        if why is None and under and not path.startswith(under + "/"):
+            why = f"is outside the listed folder {under[:200]!r}"
         if why is not None:
             raise Malformed("listing", f"it names the path {path[:200]!r}, which {why}; a "
                             "store that lists a path out of its folder is not read",
@@ -419,7 +423,7 @@ class _S3(_Store):
                                       **kwargs)
             keys = {str(o.get("Key", "")): int(o.get("Size") or 0)
                     for o in page.get("Contents") or () if not str(o.get("Key", "")).endswith("/")}
-            _check_listed(url, (k[len(kwargs["Prefix"]):] for k in keys))
+            _check_listed(keys, prefix)
             listed.update((f"{bucket}/{k}", v) for k, v in keys.items())
             if len(listed) > _MAX_LISTED:
                 raise RemoteError(url, f"more than {_MAX_LISTED:,} keys under the prefix; name "
@@ -571,8 +575,9 @@ class _Hub(_Store):
                 raise RemoteError(shown, "the Hub's listing is not a list", kind="unreachable")
             files = {e["path"]: e.get("size") for e in page if isinstance(e, dict)
                      and e.get("type") == "file" and isinstance(e.get("path"), str)}
-            _check_listed(shown, files)
-            listed.update((p, s if type(s) is int else None) for p, s in files.items())
+            _check_listed(files, sub)
+            listed.update((p, s if type(s) is int and s >= 0 else None)
+                          for p, s in files.items())
             if len(listed) > _MAX_LISTED:
                 raise RemoteError(shown, f"more than {_MAX_LISTED:,} files listed; name a "
                                   "subfolder", kind="not-found")
