@@ -50,6 +50,7 @@ MAX_REDIRECTS = 5
 _RETRY_STATUSES = frozenset((408, 429, 500, 502, 503, 504))
 _REDIRECTS = frozenset((301, 302, 303, 307, 308))
 _MAX_BACKOFF = 8.0
+_STEP = 1 << 20  # bytes decoded at a time
 
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "lora_guard_fetch_deadline", default=None)
@@ -206,19 +207,26 @@ def _decoder(coding: str) -> Any:
 
 
 def _read_body(chunks: Iterable[bytes], coding: str, cap: int) -> tuple[bytes, bool]:
-    """At most ``cap`` bytes of a body (decoded within the cap), and whether it went on."""
+    """At most ``cap`` bytes of a body (decoded within the cap, 1 MiB at a time), and whether
+    it went on past the cap."""
     decoder = _decoder(coding)
     out = bytearray()
     for chunk in chunks:
-        if decoder is not None:
-            try:
-                chunk = decoder.decompress(chunk, cap + 1 - len(out))
-            except zlib.error as exc:
-                raise FetchError(f"the reply's {coding} body is corrupt ({exc})",
-                                 "untrusted") from None
-        out += chunk
-        if len(out) > cap or (decoder is not None and decoder.unconsumed_tail):
-            return bytes(out[:cap]), True
+        pending = chunk
+        while pending:
+            if decoder is None:
+                piece, pending = pending, b""
+            else:
+                try:
+                    piece = decoder.decompress(pending, min(cap + 1 - len(out), _STEP))
+                except zlib.error as exc:
+                    raise FetchError(f"the reply's {coding} body is corrupt ({exc})",
+                                     "untrusted") from None
+                pending = decoder.unconsumed_tail
+            out += piece
+            if len(out) > cap:
+                del out[cap:]
+                return bytes(out), True
     return bytes(out), False
 
 

@@ -99,6 +99,7 @@ _ADAPTER_FILES = frozenset((CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES))
 _MAX_LISTED = 1_000_000  # keys listed under one prefix before the listing is refused
 _MAX_PAGES = 1_000  # pages of one listing before it is refused (the Hub's hold 1,000 entries)
 _MAX_PAGE_BYTES = 16 * 2**20  # bytes of one listing page before it is refused unparsed
+_MAX_S3_SENDS = 4  # requests botocore may send for one S3 call (a region redirect, a retry)
 
 
 class RemoteError(Malformed):
@@ -359,6 +360,9 @@ class _S3(_Store):
         call = _s3_call.get()
         if call is None or request.method not in ("GET", "HEAD"):
             raise FetchError(f"unexpected S3 request {request.method}", "unreachable")
+        if len(call.replies) >= _MAX_S3_SENDS:  # botocore's region redirects, in a loop
+            raise FetchError(f"more than {_MAX_S3_SENDS} requests for one read (the endpoint "
+                             "keeps redirecting)", "redirect")
         headers = {k: v.decode("latin-1") if isinstance(v, bytes) else str(v)
                    for k, v in request.headers.items()}
         reply = self.http.get(request.url, method=request.method, limit=call.limit,
