@@ -239,11 +239,24 @@ def _read_shapes(checks: _Checks) -> None:
         guarded += [unpack, *_dtype_checks(plan, arg)]
         rank_checks += [rank_check] if rank_check is not None else []
     guarded += _same_dtype_check(plan)
-    caught = ast.Tuple(elts=[_load(n) for n in ("AttributeError", "TypeError", "ValueError",
-                                                "_lg_Slow")], ctx=ast.Load())
-    handler = ast.ExceptHandler(type=caught, name=None, body=[checks.to_slow()])
+    guarded += _sizes_check(checks)
+    # Any error reading a shape (a nested tensor's RuntimeError included) is the slow
+    # path's to name: it reports LG004.
+    handler = ast.ExceptHandler(type=_load("Exception"), name=None, body=[checks.to_slow()])
     checks.body.append(ast.Try(body=guarded, handlers=[handler], orelse=[], finalbody=[]))
     checks.slow_if(rank_checks)
+
+
+def _sizes_check(checks: _Checks) -> list[ast.stmt]:
+    """``(d0 | d1 | ...) < 0``: every dim an int that is not negative, in one expression (a
+    float or a string raises TypeError, and a negative int makes the result negative)."""
+    refs = [ref.expr() for ref in checks.refs.values()]
+    if not refs:
+        return []
+    combined = refs[0]
+    for ref in refs[1:]:
+        combined = ast.BinOp(left=combined, op=ast.BitOr(), right=ref)
+    return [_leave_if(_compare(combined, ast.Lt(), ast.Constant(0)))]
 
 
 def _dim_order(specs: Mapping[str, DimSpec]) -> list[tuple[str, int]]:

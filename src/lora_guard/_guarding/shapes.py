@@ -237,6 +237,10 @@ class _ShapeGuard:
             return self.fn(*args, **kwargs)
         bound = self.signature.bind(*args, **kwargs)
         values = {name: bound.arguments.get(name) for name in self.specs}
+        unreadable = self._unreadable(values)
+        if unreadable:
+            report(unreadable)
+            return self.fn(*args, **kwargs)
         dims, origin, violations = bind_dims(
             self.subject, self.specs, values, where=self.where,
             dtypes=self.dtype_names, same_dtype=self.same_dtype,
@@ -259,6 +263,18 @@ class _ShapeGuard:
             raise
         self._confirm(owner, store, dims)
         return result
+
+    def _unreadable(self, values: dict[str, Any]) -> list[Violation]:
+        """LG004 for each argument whose ``.shape`` is no shape (float, negative or text
+        dims, an endless or unreadable ``.shape``, a ragged tensor)."""
+        found = []
+        for name, value in values.items():
+            try:
+                shape_of(value, name=f"argument {name!r}")
+            except (TypeError, ValueError) as exc:
+                found.append(make_violation("LG004", "bad-shape", self.subject,
+                                            argument=name, problem=str(exc)))
+        return found
 
     def _freeze(
         self, owner: Any, dims: dict[str, int], origin: dict[str, tuple[str, int]],

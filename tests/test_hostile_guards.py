@@ -1,0 +1,226 @@
+"""Hostile round 3 (issue 27), the guards: races forced with barriers, odd shapes, memory
+held for the life of the process, keys that collide by construction.
+
+Each attack is built as the field would hit it: the seed's own lookup, pool or loader, two or
+more threads released together, an interleaving forced with events where a race window is
+narrow. Every wait has a deadline (a deadlock fails, never hangs), the loops are bounded, and
+the objects made are small (meta tensors or metadata). `docs/reliability.md` (Hostile round 3:
+the guards) quotes the counts; `test_the_reliability_page_quotes_these_attacks` keeps it so.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import linecache
+import pickle
+import threading
+import traceback
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import lora_guard as lg
+
+DEADLINE = 60  # seconds any wait may last before the attack counts as a deadlock
+LOOKUPS = 5_000  # per thread, as in the issue
+
+
+def in_threads(*works: Callable[[], Any]) -> list[Any]:
+    """Run each work in its own thread, released together; re-raise the first failure."""
+    barrier = threading.Barrier(len(works), timeout=DEADLINE)
+    results: list[Any] = [None] * len(works)
+    errors: list[BaseException] = []
+
+    def target(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = works[i]()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=target, args=(i,), daemon=True)
+               for i in range(len(works))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=DEADLINE)
+    assert not any(th.is_alive() for th in threads), "deadlock: a thread never finished"
+    if errors:
+        raise errors[0]
+    return results
+
+
+def meta(*shape: int) -> torch.Tensor:
+    return torch.empty(shape, device="meta", dtype=torch.bfloat16)
+
+
+class Meta:
+    """Tensor metadata as a server may hand it to a guard: anything with .shape and .dtype."""
+
+    def __init__(self, shape: Any, dtype: str = "bfloat16") -> None:
+        self.shape, self.dtype = shape, dtype
+
+
+# --- item 3: the seed-002 cache under threads ----------------------------------------------
+
+
+class YieldingDict(dict[str, Any]):
+    """A store whose reads give up the GIL: the window between a check and a return, which a
+    real server hits by chance, is hit on most lookups."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        threading.Event().wait(0)  # a switch point, as a lock or an I/O would be
+        return super().get(key, default)
+
+
+@pytest.mark.lora_guard(allow=("LG003",))
+def test_two_threads_evicting_one_key_get_only_the_tensor_they_asked_for() -> None:
+    """The seed-002 lookup, evicting, from two threads that want one key at two ranks, 5,000
+    lookups each: every lookup returns a tensor of the shape it asked for."""
+    store = YieldingDict()
+
+    @lg.guard_cache_lookup(store="pinned_weight_store", key="cache_key", weight="weight",
+                           on_collision="evict")
+    def get_maybe_cached(pinned_weight_store: dict[str, Any], cache_key: str,
+                         weight: torch.Tensor) -> torch.Tensor:
+        if cache_key not in pinned_weight_store:  # the inline get-or-create of the seed
+            pinned_weight_store[cache_key] = weight
+        threading.Event().wait(0)
+        return pinned_weight_store[cache_key]
+
+    weights = {16: meta(48, 64), 8: meta(24, 64)}
+
+    def work(rank: int) -> Counter[str]:
+        seen: Counter[str] = Counter()
+        for _ in range(LOOKUPS):
+            got = get_maybe_cached(store, "layers.0.qkv_proj.lora_A#tp0", weights[rank])
+            seen["right" if got.shape == weights[rank].shape else "wrong"] += 1
+        return seen
+
+    first, second = in_threads(lambda: work(16), lambda: work(8))
+    assert first == Counter(right=LOOKUPS) and second == Counter(right=LOOKUPS)
+
+
+@pytest.mark.lora_guard(allow=("LG003",))
+def test_an_evicting_lookup_whose_body_keeps_returning_another_shape_is_refused() -> None:
+    """A body that returns a tensor of another shape whatever the cache holds (code that
+    stores behind the guard's back): evicted and retried a bounded number of times, then
+    LG003; never returned unchecked."""
+    calls = Counter[str]()
+
+    @lg.guard_cache_lookup(store="store", key="key", weight="weight", on_collision="evict")
+    def lookup(store: dict[str, Any], key: str, weight: torch.Tensor) -> torch.Tensor:
+        calls["body"] += 1
+        store[key] = meta(8, 64)  # whatever was asked
+        return store[key]
+
+    with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
+        lookup({}, "k", meta(16, 64))
+    assert 1 < calls["body"] <= 8
+
+
+def test_the_inline_get_or_create_has_a_checked_form_on_the_cache() -> None:
+    """issue 26 item 4: ``if k not in cache: cache[k] = w; return cache[k]`` hands back the
+    rank-8 tensor to a rank-16 request; ``get_or_create`` refuses it, makes a free key's entry
+    once, and checks what ``create`` made."""
+    cache = lg.GuardedCache({})
+    made = Counter[str]()
+
+    def pinned(weight: torch.Tensor) -> Callable[[], torch.Tensor]:
+        def create() -> torch.Tensor:
+            made["pinned"] += 1
+            return weight.clone()
+        return create
+
+    w8, w16 = meta(8, 64), meta(16, 64)
+    first = cache.get_or_create("q_proj.lora_A", w8, create=pinned(w8))
+    assert cache.get_or_create("q_proj.lora_A", w8, create=pinned(w8)) is first
+    assert made["pinned"] == 1
+    with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
+        cache.get_or_create("q_proj.lora_A", w16, create=pinned(w16))
+    assert cache["q_proj.lora_A"] is first and made["pinned"] == 1
+    with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
+        cache.get_or_create("k_proj.lora_A", w16, create=lambda: meta(8, 64))
+    assert "k_proj.lora_A" not in cache  # what create made of another shape is never stored
+    evicting = lg.GuardedCache({"q": w8}, on_collision="evict")
+    assert evicting.get_or_create("q", w16) is w16 and evicting["q"] is w16
+    with pytest.raises(TypeError, match="create"):
+        cache.get_or_create("x", w8, create=w8)  # type: ignore[arg-type]
+
+
+def test_two_different_part_lists_never_give_one_key() -> None:
+    w = meta(16, 64)
+    pairs = [(("a#b",), ("a", "b")), (("a", "b#c"), ("a#b", "c")), (("a%23b",), ("a#b",)),
+             (("1", 2), ("1#2",)), (("x%",), ("x%25",))]
+    for one, other in pairs:
+        assert lg.weight_cache_key(*one, weight=w) != lg.weight_cache_key(*other, weight=w)
+    assert lg.weight_cache_key("layers.0.q_proj.lora_A", "tp0", weight=w) == \
+        "layers.0.q_proj.lora_A#tp0[16x64:bfloat16]"  # keys without '#' or '%' unchanged
+
+
+# --- odd shapes: LG004, never a bare TypeError/ValueError ---------------------------------
+
+
+class EndlessShape:
+    dtype = "bfloat16"
+
+    @property
+    def shape(self) -> Any:
+        def forever() -> Any:
+            n = 0
+            while True:
+                n += 1
+                yield n
+        return forever()
+
+
+def _odd_shapes() -> dict[str, Any]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: nested tensors are a prototype
+        jagged = torch.nested.nested_tensor([torch.empty(2, 64), torch.empty(3, 64)],
+                                            layout=torch.jagged)
+        strided = torch.nested.nested_tensor([torch.empty(2, 64), torch.empty(3, 64)])
+    return {"float": Meta((4, 16.0)), "negative": Meta((4, -16)), "string": Meta((4, "16")),
+            "endless": EndlessShape(), "jagged": jagged, "nested": strided}
+
+
+@pytest.mark.parametrize("odd", list(_odd_shapes()))
+def test_an_odd_shape_given_to_shapes_is_lg004(odd: str) -> None:
+    class Pool:
+        @lg.shapes(a="slots rank")
+        def plain(self, a: Any) -> str:
+            return "ran"
+
+        @lg.shapes(a="slots rank", frozen=("rank",))
+        def frozen(self, a: Any) -> str:
+            return "ran"
+
+    pool = Pool()
+    assert pool.plain(meta(4, 16)) == "ran" and pool.frozen(meta(4, 16)) == "ran"  # fast path
+    value = _odd_shapes()[odd]
+    for method in (pool.plain, pool.frozen):
+        with pytest.raises(lg.ShapeContractError, match="LG004") as caught:
+            method(value)
+        assert "argument 'a'" in str(caught.value)
+        assert isinstance(caught.value, ValueError)  # as CONTRACT says
+    assert lg.frozen_dims(pool) == {"rank": 16}
+
+
+@pytest.mark.parametrize("odd", ["float", "negative", "jagged", "nested"])
+def test_an_odd_shape_stored_into_a_guarded_cache_is_lg004(odd: str) -> None:
+    value = _odd_shapes()[odd]
+    cache = lg.GuardedCache({"held": meta(4, 16)})
+    for store in (lambda: cache.__setitem__("held", value),
+                  lambda: cache.__setitem__("new", value),
+                  lambda: cache.setdefault("new", value),
+                  lambda: cache.update({"new": value})):
+        with pytest.raises(lg.ShapeContractError, match="LG004"):
+            store()
+    assert dict(cache) == {"held": cache["held"]} and cache["held"].shape == (4, 16)
