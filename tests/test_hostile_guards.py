@@ -224,3 +224,98 @@ def test_an_odd_shape_stored_into_a_guarded_cache_is_lg004(odd: str) -> None:
         with pytest.raises(lg.ShapeContractError, match="LG004"):
             store()
     assert dict(cache) == {"held": cache["held"]} and cache["held"].shape == (4, 16)
+
+
+# --- item 4: the seed-000 freeze under concurrent first calls and failures ---------------
+
+
+class Gate:
+    """A first allocation held open until the attack opens the gate (it says when the body
+    has been entered)."""
+
+    def __init__(self) -> None:
+        self.entered, self.open = threading.Event(), threading.Event()
+
+    def pass_through(self) -> None:
+        self.entered.set()
+        assert self.open.wait(DEADLINE), "the attack never opened the gate"
+
+    def wait_inside(self) -> None:
+        assert self.entered.wait(DEADLINE), "the body was never entered"
+
+
+class SharedSink:
+    """The seed-000 pool; its first allocation can be held open and made to fail."""
+
+    def __init__(self) -> None:
+        self.ranks_seen: list[int] = []
+
+    @lg.shapes(a="slots 2*rank hidden", b="slots out rank", frozen=("slots", "rank"))
+    def set_lora_info(self, a: torch.Tensor, b: torch.Tensor, *, gate: Gate | None = None,
+                      fail: bool = False) -> None:
+        self.ranks_seen.append(b.shape[-1])
+        if gate is not None:
+            gate.pass_through()
+        if fail:
+            raise MemoryError("allocation failed")  # the first allocation fails
+
+
+def rank(r: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return meta(4, 2 * r, 64), meta(4, 128, r)
+
+
+def run_in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    outcome: list[Any] = []
+
+    def target() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+@pytest.mark.lora_guard(allow=("LG001",))
+def test_a_failed_twin_first_call_does_not_unfreeze_a_first_call_still_in_its_body() -> None:
+    """Twin first calls at rank 16: the one that froze the rank fails while the other is still
+    in its body; a rank-8 call then is refused with LG001, and the rank stays 16."""
+    for failing_first in (True, False):  # which of the twins bound the rank first
+        pool = SharedSink()
+        gates = {"ok": Gate(), "fails": Gate()}
+        threads = {}
+        for name in (("fails", "ok") if failing_first else ("ok", "fails")):
+            threads[name] = run_in_thread(lambda name=name: pool.set_lora_info(
+                *rank(16), gate=gates[name], fail=name == "fails"))
+            gates[name].wait_inside()  # each twin is in its body before the next starts
+        gates["fails"].open.set()  # one twin fails while the other is still in its body
+        threads["fails"][0].join(DEADLINE)
+        assert isinstance(threads["fails"][1][0], MemoryError)
+        with pytest.raises(lg.PoolShapeDriftError, match="LG001") as refused:
+            pool.set_lora_info(*rank(8))
+        assert refused.value.details["new"] == 8
+        gates["ok"].open.set()
+        threads["ok"][0].join(DEADLINE)
+        assert threads["ok"][1] == [None]
+        assert pool.ranks_seen == [16, 16]  # no body ever ran at rank 8
+        assert lg.frozen_dims(pool) == {"slots": 4, "rank": 16}
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_a_copy_taken_during_a_first_call_that_fails_freezes_nothing(how: str) -> None:
+    pool = SharedSink()
+    gate = Gate()
+    thread, outcome = run_in_thread(lambda: pool.set_lora_info(*rank(16), gate=gate, fail=True))
+    gate.wait_inside()
+    assert lg.frozen_dims(pool) == {"slots": 4, "rank": 16}  # held by the call in its body
+    twin = {"copy": copy.copy, "deepcopy": copy.deepcopy,
+            "pickle": lambda p: pickle.loads(pickle.dumps(p))}[how](pool)
+    gate.open.set()
+    thread.join(DEADLINE)
+    assert isinstance(outcome[0], MemoryError)
+    assert lg.frozen_dims(pool) == {} and lg.frozen_dims(twin) == {}
+    twin.set_lora_info(*rank(8))  # the copy was never allocated: a rebuild at rank 8 is fine
+    pool.set_lora_info(*rank(8))
+    assert lg.frozen_dims(twin) == {"slots": 4, "rank": 8} == lg.frozen_dims(pool)

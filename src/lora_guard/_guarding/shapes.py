@@ -41,7 +41,7 @@ _UNWEAKREFABLE_STORES: dict[int, tuple[Any, _FrozenStore]] = {}
 class _FrozenStore:
     """The dims frozen on one owner (instance, class, or plain function)."""
 
-    __slots__ = ("__weakref__", "calls", "confirmed", "dims", "origin", "owner")
+    __slots__ = ("__weakref__", "calls", "confirmed", "dims", "origin", "owner", "pending")
 
     def __init__(self) -> None:
         self.owner = 0  # id() of the instance whose __dict__ holds it (0: not an instance)
@@ -53,20 +53,27 @@ class _FrozenStore:
         self.calls: dict[str, tuple[int, ...]] = {}
         # Dims some call's body has run with: a failed first call no longer releases them.
         self.confirmed: set[str] = set()
+        # Per dim not yet confirmed, how many calls with it are in their bodies now: a failed
+        # first call releases the dim only when no twin call still relies on it.
+        self.pending: dict[str, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"dims": self.dims, "origin": self.origin, "calls": self.calls,
-                "confirmed": self.confirmed}
+        """Only what a call's body has run with: a dim frozen by a first call still in its
+        body (which may yet fail and release it) is not the copy's."""
+        with _LOCK:
+            dims = {d: v for d, v in self.dims.items() if d in self.confirmed}
+            return {"dims": dims, "origin": {d: o for d, o in self.origin.items() if d in dims},
+                    "calls": dict(self.calls), "confirmed": set(self.confirmed)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.owner = 0
         self.dims, self.origin, self.calls = state["dims"], state["origin"], state["calls"]
         self.confirmed = state.get("confirmed", set(self.dims))
+        self.pending = {}
 
     def copy(self) -> _FrozenStore:
         new = _FrozenStore()
-        new.dims, new.origin = dict(self.dims), dict(self.origin)
-        new.calls, new.confirmed = dict(self.calls), set(self.confirmed)
+        new.__setstate__(self.__getstate__())
         return new
 
 
@@ -251,17 +258,17 @@ class _ShapeGuard:
         if not self.frozen:
             return self.fn(*args, **kwargs)
         owner = bound.arguments[self.owner_param] if self.owner_param else self
-        store, drift, newly = self._freeze(owner, dims, origin, values)
+        store, drift, held = self._freeze(owner, dims, origin, values)
         if drift:
             report(drift)  # refused before the body ran: the owner's state is untouched
             return self.fn(*args, **kwargs)
         try:
             result = self.fn(*args, **kwargs)
         except BaseException:
-            if newly:  # the first call failed: nothing was allocated, so freeze nothing...
-                self._release(store, newly)
+            if held:  # a first call failed: nothing was allocated, so freeze nothing...
+                self._release(store, held)
             raise
-        self._confirm(owner, store, dims)
+        self._confirm(owner, store, dims, held)
         return result
 
     def _unreadable(self, values: dict[str, Any]) -> list[Violation]:
@@ -281,7 +288,8 @@ class _ShapeGuard:
         values: dict[str, Any],
     ) -> tuple[_FrozenStore, list[Violation], dict[str, int]]:
         """The owner's store, LG001 for each frozen dim this call changes, and (when none
-        does) the dims this call freezes for the first time, already recorded."""
+        does) the frozen dims no body has confirmed yet, which this call now holds: recorded
+        (by the first call to bind them) and counted as pending until its body ends."""
         with _LOCK:
             store = self.function_store if owner is self else _store_of(owner, create=True)
             assert store is not None
@@ -297,25 +305,43 @@ class _ShapeGuard:
             ]
             if drift:
                 return store, drift, {}
-            newly = {d: dims[d] for d in self.frozen if d in dims and d not in store.dims}
-            store.dims.update(newly)
-            store.origin.update(dict.fromkeys(newly, self.subject))
-        return store, [], newly
+            held = {d: dims[d] for d in self.frozen if d in dims and d not in store.confirmed}
+            for dim, value in held.items():
+                if dim not in store.dims:
+                    store.dims[dim] = value
+                    store.origin[dim] = self.subject
+                store.pending[dim] = store.pending.get(dim, 0) + 1
+        return store, [], held
 
     @staticmethod
-    def _release(store: _FrozenStore, newly: dict[str, int]) -> None:
-        """Undo a failed first call's freezing, unless a concurrent call with these dims has
-        succeeded since."""
+    def _unhold(store: _FrozenStore, held: dict[str, int]) -> list[str]:
+        """End this call's hold on its unconfirmed dims; those no other call holds now."""
+        free = []
+        for dim in held:
+            left = store.pending.get(dim, 1) - 1
+            if left > 0:
+                store.pending[dim] = left
+            else:
+                store.pending.pop(dim, None)
+                free.append(dim)
+        return free
+
+    @classmethod
+    def _release(cls, store: _FrozenStore, held: dict[str, int]) -> None:
+        """Undo a failed first call's freezing, unless a twin call with these dims is still
+        in its body or has succeeded since (atomically with their freezing, under _LOCK)."""
         with _LOCK:
-            for dim, value in newly.items():
-                if dim not in store.confirmed and store.dims.get(dim) == value:
+            for dim in cls._unhold(store, held):
+                if dim not in store.confirmed and store.dims.get(dim) == held[dim]:
                     del store.dims[dim]
                     store.origin.pop(dim, None)
 
-    def _confirm(self, owner: Any, store: _FrozenStore, dims: dict[str, int]) -> None:
+    def _confirm(self, owner: Any, store: _FrozenStore, dims: dict[str, int],
+                 held: dict[str, int]) -> None:
         """A call whose body succeeded confirms its dims and opens the fast path: until then
         every call takes the slow path, so a failed first call can still be undone."""
         with _LOCK:
+            self._unhold(store, held)
             bound_frozen = [d for d in self.frozen if d in dims]
             if all(store.dims.get(d) == dims[d] for d in bound_frozen):
                 store.confirmed.update(bound_frozen)
