@@ -319,3 +319,68 @@ def test_a_copy_taken_during_a_first_call_that_fails_freezes_nothing(how: str) -
     twin.set_lora_info(*rank(8))  # the copy was never allocated: a rebuild at rank 8 is fine
     pool.set_lora_info(*rank(8))
     assert lg.frozen_dims(twin) == {"slots": 4, "rank": 8} == lg.frozen_dims(pool)
+
+
+# --- item 5: the seed-001 registry across concurrent load and unload -----------------------
+
+SHARED_OUTER = {"layers.0.mlp.experts.gate_up_proj.lora_A": (1, 32, 64),
+                "layers.0.mlp.experts.gate_up_proj.lora_B": (8, 256, 16)}
+PER_EXPERT = {"layers.0.mlp.experts.0.gate_proj.lora_A.weight": (16, 64)}
+
+
+class Server:
+    """The seed-001 server: loads behind @guard_adapter_load, unloads with release."""
+
+    def __init__(self) -> None:
+        self.registry = lg.LayoutRegistry()
+        self.loaded: dict[str, dict[str, Any]] = {}
+
+        @lg.guard_adapter_load(self.registry, adapter_id="name", weights="weights")
+        def load(name: str, weights: dict[str, Any], gate: Gate | None = None,
+                 fail: bool = False) -> None:
+            if gate is not None:
+                gate.pass_through()
+            if fail:
+                raise OSError(f"reading {name}: connection reset")
+            self.loaded[name] = weights
+
+        self.load = load
+
+    def unload(self, name: str) -> None:
+        self.loaded.pop(name, None)
+        self.registry.release(name)
+
+
+@pytest.mark.lora_guard(allow=("LG002",))
+def test_an_unload_during_a_failing_reload_leaves_no_phantom() -> None:
+    server = Server()
+    server.load("math", SHARED_OUTER)
+    gate = Gate()
+    thread, outcome = run_in_thread(
+        lambda: server.load("math", SHARED_OUTER, gate=gate, fail=True))
+    gate.wait_inside()  # the reload is admitted and in its body
+    server.unload("math")  # the operator unloads it meanwhile
+    gate.open.set()
+    thread.join(DEADLINE)
+    assert isinstance(outcome[0], OSError)
+    assert "math" not in server.registry and server.registry.layout is None
+    server.load("code", PER_EXPERT)  # no phantom owner: a per-expert adapter is admitted
+    assert server.registry.adapters == {"code": lg.MoELayout.PER_EXPERT}
+
+
+@pytest.mark.lora_guard(allow=("LG002",))
+def test_a_failed_reload_never_undoes_a_later_load_of_the_same_id() -> None:
+    """Reload A fails after the id was unloaded and loaded again (per-expert now): the new
+    admission stays, and the pool's layout is the new one."""
+    server = Server()
+    server.load("math", SHARED_OUTER)
+    gate = Gate()
+    thread, outcome = run_in_thread(
+        lambda: server.load("math", SHARED_OUTER, gate=gate, fail=True))
+    gate.wait_inside()
+    server.unload("math")
+    server.load("math", PER_EXPERT)
+    gate.open.set()
+    thread.join(DEADLINE)
+    assert isinstance(outcome[0], OSError)
+    assert server.registry.adapters == {"math": lg.MoELayout.PER_EXPERT}
