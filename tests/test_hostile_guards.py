@@ -384,3 +384,45 @@ def test_a_failed_reload_never_undoes_a_later_load_of_the_same_id() -> None:
     thread.join(DEADLINE)
     assert isinstance(outcome[0], OSError)
     assert server.registry.adapters == {"math": lg.MoELayout.PER_EXPERT}
+
+
+# --- memory: pools of a __slots__ class are freed ----------------------------------------
+
+POOLS = 10_000
+
+
+@pytest.mark.parametrize("weakrefs", [True, False], ids=["slots-weakref", "slots-only"])
+def test_pools_of_a_slots_class_are_freed_after_the_guard_has_seen_them(weakrefs: bool) -> None:
+    """A server that builds and drops 10,000 pools of a ``__slots__`` class (with and without
+    ``__weakref__``): the guard keeps no pool alive beyond a bounded table."""
+    from lora_guard._guarding import shapes as guard_shapes
+
+    alive = Counter[str]()
+
+    class Pool:
+        __slots__ = ("rank", "__weakref__") if weakrefs else ("rank",)
+
+        def __init__(self) -> None:
+            alive["pools"] += 1
+
+        def __del__(self) -> None:
+            alive["pools"] -= 1
+
+        @lg.shapes(a="slots rank", frozen=("rank",))
+        def set_lora_info(self, a: torch.Tensor) -> None: ...
+
+    kept = [Pool() for _ in range(10)]
+    for p in kept:
+        p.set_lora_info(meta(4, 16))
+    for i in range(POOLS):
+        pool = Pool()
+        pool.set_lora_info(meta(4, 8 + i % 2))  # each pool freezes its own rank
+        assert lg.frozen_dims(pool) == {"rank": 8 + i % 2}
+        del pool
+    gc.collect()
+    assert alive["pools"] <= 10 + 2 * 64  # the ten kept, and at most one table's slack
+    held = len(guard_shapes._FOREIGN_STORES) + len(guard_shapes._UNWEAKREFABLE_STORES)
+    assert held <= 10 + 2 * 64
+    assert all(lg.frozen_dims(p) == {"rank": 16} for p in kept)  # the live ones kept theirs
+    with pytest.raises(lg.PoolShapeDriftError):
+        kept[0].set_lora_info(meta(4, 8))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -34,8 +35,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _STORE_KEY = "__lora_guard_frozen__"
 _LOCK = threading.RLock()
-_FOREIGN_STORES: weakref.WeakKeyDictionary[Any, _FrozenStore] = weakref.WeakKeyDictionary()
+# The stores of owners without a __dict__ (a __slots__ pool), by id(): dropped when the owner
+# dies (weakref.finalize), or, for an owner that takes no weak reference either, kept with
+# the owner and swept once nothing but this table holds it (`_sweep_unweakrefable`).
+_FOREIGN_STORES: dict[int, _FrozenStore] = {}
 _UNWEAKREFABLE_STORES: dict[int, tuple[Any, _FrozenStore]] = {}
+_SWEEP_AT = [64]  # the table's size that triggers the next sweep (twice the size after one)
 
 
 class _FrozenStore:
@@ -116,17 +121,45 @@ def _store_in_namespace(
 
 
 def _store_outside(owner: Any, *, create: bool) -> _FrozenStore | None:
-    """The store of an owner without a ``__dict__``: by weak reference, else kept alive."""
-    try:
-        store = _FOREIGN_STORES.get(owner)
-        if store is None and create:
-            store = _FOREIGN_STORES[owner] = _FrozenStore()
+    """The store of an owner without a ``__dict__``, by its id: an id is not reused while
+    the entry lives (dropped when the owner dies, or holding the owner)."""
+    key = id(owner)
+    store = _FOREIGN_STORES.get(key)
+    if store is not None:
         return store
-    except TypeError:  # neither a __dict__ nor weak references: keep it alive with its store
-        entry = _UNWEAKREFABLE_STORES.get(id(owner))
-        if entry is None and create:
-            entry = _UNWEAKREFABLE_STORES[id(owner)] = (owner, _FrozenStore())
-        return entry[1] if entry else None
+    entry = _UNWEAKREFABLE_STORES.get(key)
+    if entry is not None:
+        return entry[1]
+    if not create:
+        return None
+    store = _FrozenStore()
+    try:
+        weakref.finalize(owner, _FOREIGN_STORES.pop, key, None)
+    except TypeError:  # neither a __dict__ nor weak references: kept with its owner
+        if len(_UNWEAKREFABLE_STORES) >= _SWEEP_AT[0]:
+            _sweep_unweakrefable()
+        _UNWEAKREFABLE_STORES[key] = (owner, store)
+    else:
+        _FOREIGN_STORES[key] = store
+    return store
+
+
+def _references(entry: tuple[Any, _FrozenStore]) -> int:
+    return sys.getrefcount(entry[0])
+
+
+# What `_references` counts for an owner that only the table holds (the entry and the call).
+_ONLY_OURS = _references((object(), _FrozenStore()))
+
+
+def _sweep_unweakrefable() -> None:
+    """Drop the entries whose owner only the table still holds (the server dropped the pool):
+    amortised, the table stays within twice the pools alive (plus 64)."""
+    dead = [key for key, entry in _UNWEAKREFABLE_STORES.items()
+            if _references(entry) <= _ONLY_OURS]
+    for key in dead:
+        del _UNWEAKREFABLE_STORES[key]
+    _SWEEP_AT[0] = max(64, 2 * len(_UNWEAKREFABLE_STORES))
 
 
 def frozen_dims(obj: object) -> dict[str, int]:
