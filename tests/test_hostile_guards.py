@@ -426,3 +426,28 @@ def test_pools_of_a_slots_class_are_freed_after_the_guard_has_seen_them(weakrefs
     assert all(lg.frozen_dims(p) == {"rank": 16} for p in kept)  # the live ones kept theirs
     with pytest.raises(lg.PoolShapeDriftError):
         kept[0].set_lora_info(meta(4, 8))
+
+
+# --- the generated fast path in tracebacks (issue 28 item 6) -------------------------------
+
+
+def test_a_traceback_through_a_guard_shows_the_generated_lines() -> None:
+    def make(rank_spec: str) -> Callable[..., None]:
+        @lg.shapes(a=f"slots {rank_spec}")
+        def set_lora_info(a: torch.Tensor) -> None:
+            raise RuntimeError("CUDA out of memory")
+        return set_lora_info
+
+    first, second = make("rank"), make("rank hidden")  # one qualname, two guards
+    shown = []
+    for fn, arg in ((first, meta(4, 16)), (second, meta(4, 16, 64))):
+        with pytest.raises(RuntimeError, match="out of memory") as caught:
+            fn(arg)
+        frames = traceback.extract_tb(caught.value.__traceback__)
+        guard = [f for f in frames if f.filename.startswith("<lora_guard.shapes ")]
+        assert len(guard) == 1 and guard[0].line, "the guard's frame shows no line"
+        assert "_lg_fn(a)" in guard[0].line  # the generated call, as the source has it
+        source = linecache.getlines(guard[0].filename)
+        assert source == fn.__lora_guard_source__.splitlines(True)  # type: ignore[attr-defined]
+        shown.append(guard[0].filename)
+    assert shown[0] != shown[1]  # each guard's own source

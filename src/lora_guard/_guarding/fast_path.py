@@ -21,14 +21,17 @@ import ast
 import copy
 import inspect
 import linecache
+import itertools
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any, cast
 
 from lora_guard._checking.dims import Dim, DimSpec
 
-__all__ = ["GLOBALS", "FastPathPlan", "build_fast_path", "default_name", "inline_where"]
+__all__ = ["GLOBALS", "FastPathPlan", "build_fast_path", "compile_fast_path", "default_name",
+           "inline_where"]
 
 # The globals the generated function reads, each supplied by the caller's namespace.
 GLOBALS = (
@@ -339,6 +342,23 @@ def build_fast_path(plan: FastPathPlan) -> ast.Module:
     definition = ast.FunctionDef(name=plan.name, args=_arguments(plan.signature),
                                  body=checks.body, decorator_list=[], returns=None, **extra)
     return ast.fix_missing_locations(ast.Module(body=[definition], type_ignores=[]))
+
+
+_SERIAL = itertools.count(1)
+
+
+def compile_fast_path(module: ast.Module, filename: str) -> tuple[CodeType, str]:
+    """The module's code and source, the source registered with `linecache` under
+    ``filename`` (made unique), as attrs does: a traceback through the guard shows the
+    generated lines, and `inspect.getsource` finds them."""
+    source = ast.unparse(module) + "\n"
+    lines = source.splitlines(True)
+    held = linecache.cache.get(filename)
+    if held is not None and (len(held) < 3 or held[2] != lines):
+        filename = f"{filename[:-1]}-{next(_SERIAL)}>"  # another function of the same name
+    # mtime None: linecache.checkcache never drops it (there is no file to compare with).
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    return compile(source, filename, "exec"), source
 
 
 # -- inlining ``where=lambda d: ...`` -------------------------------------------------------

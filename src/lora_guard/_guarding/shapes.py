@@ -9,7 +9,6 @@ with the reference interpreter in ``_dims``, reports, and keeps the state transa
 
 from __future__ import annotations
 
-import ast
 import functools
 import inspect
 import sys
@@ -25,6 +24,7 @@ from lora_guard._core.errors import Violation, make_violation
 from lora_guard._guarding.fast_path import (
     FastPathPlan,
     build_fast_path,
+    compile_fast_path,
     default_name,
     inline_where,
 )
@@ -412,10 +412,11 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
     }
     namespace.update((default_name(p.name), p.default)
                      for p in guard.signature.parameters.values() if p.default is not p.empty)
-    filename = f"<lora_guard.shapes {fn.__module__}.{fn.__qualname__}>"
-    exec(compile(module, filename, "exec"), namespace)
+    code, source = compile_fast_path(module, f"<lora_guard.shapes {fn.__module__}."
+                                             f"{fn.__qualname__}>")
+    exec(code, namespace)
     wrapper = namespace[plan.name]
-    wrapper.__lora_guard_source__ = ast.unparse(module) + "\n"
+    wrapper.__lora_guard_source__ = source
     return cast("Callable[..., Any]", wrapper)
 
 
