@@ -68,7 +68,7 @@ def _play(rank: int) -> dict[str, Any]:
     d._PROTOCOL, d._DIGEST_SIZE = 2, 16
     attempt("same-release-again")  # the group is still in step
     if rank == 1:
-        d._exchange = _release_0_1_0_exchange  # type: ignore[assignment]
+        d._exchange = _release_0_1_0_exchange
     attempt("release-0.1.0")
     return seen
 

@@ -16,7 +16,6 @@ import linecache
 import pickle
 import threading
 import traceback
-import weakref
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -91,7 +90,8 @@ def test_two_threads_evicting_one_key_get_only_the_tensor_they_asked_for() -> No
         if cache_key not in pinned_weight_store:  # the inline get-or-create of the seed
             pinned_weight_store[cache_key] = weight
         threading.Event().wait(0)
-        return pinned_weight_store[cache_key]
+        got: torch.Tensor = pinned_weight_store[cache_key]
+        return got
 
     weights = {16: meta(48, 64), 8: meta(24, 64)}
 
@@ -116,8 +116,8 @@ def test_an_evicting_lookup_whose_body_keeps_returning_another_shape_is_refused(
     @lg.guard_cache_lookup(store="store", key="key", weight="weight", on_collision="evict")
     def lookup(store: dict[str, Any], key: str, weight: torch.Tensor) -> torch.Tensor:
         calls["body"] += 1
-        store[key] = meta(8, 64)  # whatever was asked
-        return store[key]
+        store[key] = made = meta(8, 64)  # whatever was asked
+        return made
 
     with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
         lookup({}, "k", meta(16, 64))
@@ -286,9 +286,12 @@ def test_a_failed_twin_first_call_does_not_unfreeze_a_first_call_still_in_its_bo
         pool = SharedSink()
         gates = {"ok": Gate(), "fails": Gate()}
         threads = {}
+
+        def first_call(pool: SharedSink, gate: Gate, fails: bool) -> Callable[[], None]:
+            return lambda: pool.set_lora_info(*rank(16), gate=gate, fail=fails)
+
         for name in (("fails", "ok") if failing_first else ("ok", "fails")):
-            threads[name] = run_in_thread(lambda name=name: pool.set_lora_info(
-                *rank(16), gate=gates[name], fail=name == "fails"))
+            threads[name] = run_in_thread(first_call(pool, gates[name], name == "fails"))
             gates[name].wait_inside()  # each twin is in its body before the next starts
         gates["fails"].open.set()  # one twin fails while the other is still in its body
         threads["fails"][0].join(DEADLINE)
@@ -310,8 +313,10 @@ def test_a_copy_taken_during_a_first_call_that_fails_freezes_nothing(how: str) -
     thread, outcome = run_in_thread(lambda: pool.set_lora_info(*rank(16), gate=gate, fail=True))
     gate.wait_inside()
     assert lg.frozen_dims(pool) == {"slots": 4, "rank": 16}  # held by the call in its body
-    twin = {"copy": copy.copy, "deepcopy": copy.deepcopy,
-            "pickle": lambda p: pickle.loads(pickle.dumps(p))}[how](pool)
+    copies: dict[str, Callable[[SharedSink], SharedSink]] = {
+        "copy": copy.copy, "deepcopy": copy.deepcopy,
+        "pickle": lambda p: pickle.loads(pickle.dumps(p))}
+    twin = copies[how](pool)
     gate.open.set()
     thread.join(DEADLINE)
     assert isinstance(outcome[0], MemoryError)

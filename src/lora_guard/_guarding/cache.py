@@ -464,6 +464,8 @@ def _evicting(cache: Any, cache_key: Any, wanted: Any, body: Callable[[], Any]) 
     """Evict a stale entry, run the body, and check what it returns; what is returned was
     checked. An entry of another shape that reappears (code that stores into the cache
     outside the guard) is evicted again, up to `_MAX_EVICTIONS` times, then LG003."""
+    result: Any = None
+    mismatch: Violation | None = None
     for _ in range(_MAX_EVICTIONS):
         cached = cache.get(cache_key)
         if cached is not None:
@@ -475,14 +477,15 @@ def _evicting(cache: Any, cache_key: Any, wanted: Any, body: Callable[[], Any]) 
         result = body()
         if result is wanted or getattr(result, "shape", None) is None:
             return result
-        violation = _checked_entry(cache_key, result, wanted)
-        if violation is None:
+        mismatch = _checked_entry(cache_key, result, wanted)
+        if mismatch is None:
             return result
-        if violation.code != "LG003":
-            report([violation])
+        if mismatch.code != "LG003":
+            report([mismatch])
         if cache.get(cache_key) is result:
             cache.pop(cache_key, None)
-    report([violation])  # the body keeps returning another shape: refuse it (raise mode)
+    if mismatch is not None:  # the body keeps returning another shape: refuse it
+        report([mismatch])
     return result
 
 

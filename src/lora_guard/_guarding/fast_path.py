@@ -20,8 +20,8 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
-import linecache
 import itertools
+import linecache
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
