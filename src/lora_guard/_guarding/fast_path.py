@@ -242,7 +242,6 @@ def _read_shapes(checks: _Checks) -> None:
         guarded += [unpack, *_dtype_checks(plan, arg)]
         rank_checks += [rank_check] if rank_check is not None else []
     guarded += _same_dtype_check(plan)
-    guarded += _sizes_check(checks)
     # Any error reading a shape (a nested tensor's RuntimeError included) is the slow
     # path's to name: it reports LG004.
     handler = ast.ExceptHandler(type=_load("Exception"), name=None, body=[checks.to_slow()])
@@ -250,16 +249,21 @@ def _read_shapes(checks: _Checks) -> None:
     checks.slow_if(rank_checks)
 
 
-def _sizes_check(checks: _Checks) -> list[ast.stmt]:
-    """``(d0 | d1 | ...) < 0``: every dim an int that is not negative, in one expression (a
-    float or a string raises TypeError, and a negative int makes the result negative)."""
-    refs = [ref.expr() for ref in checks.refs.values()]
-    if not refs:
-        return []
-    combined = refs[0]
-    for ref in refs[1:]:
-        combined = ast.BinOp(left=combined, op=ast.BitOr(), right=ref)
-    return [_leave_if(_compare(combined, ast.Lt(), ast.Constant(0)))]
+def _check_sizes(checks: _Checks) -> None:
+    """``(_lg_d_a | _lg_d_b | ...) < 0``: every bound dim an int that is not negative, in one
+    expression (a float or a string raises TypeError, a negative int makes it negative).
+    Every other dim was compared equal to a bound dim or to a literal, so it is one of those
+    ints, or (a float such as 16.0) equal to one: metadata only a hand-made object can hold,
+    never a tensor."""
+    bound = sorted(checks.bound)
+    if not bound:
+        return
+    combined: ast.expr = _load(f"_lg_d_{bound[0]}")
+    for name in bound[1:]:
+        combined = ast.BinOp(left=combined, op=ast.BitOr(), right=_load(f"_lg_d_{name}"))
+    test = _if(_compare(combined, ast.Lt(), ast.Constant(0)), checks.to_slow())
+    handler = ast.ExceptHandler(type=_load("TypeError"), name=None, body=[checks.to_slow()])
+    checks.body.append(ast.Try(body=[test], handlers=[handler], orelse=[], finalbody=[]))
 
 
 def _dim_order(specs: Mapping[str, DimSpec]) -> list[tuple[str, int]]:
@@ -334,7 +338,7 @@ def build_fast_path(plan: FastPathPlan) -> ast.Module:
     off = ast.BoolOp(op=ast.Or(), values=[
         _attr("_lg_state", "off"), ast.Call(func=_load("_lg_compiling"), args=[], keywords=[])])
     checks.body.append(_if(off, forward))
-    for step in (_read_shapes, _check_dims, _check_where, _check_frozen):
+    for step in (_read_shapes, _check_dims, _check_sizes, _check_where, _check_frozen):
         step(checks)
     checks.body.append(copy.deepcopy(forward))
     # Python 3.12+ also wants the (empty) type parameters spelled out.
