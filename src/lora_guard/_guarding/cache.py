@@ -39,7 +39,8 @@ class GuardedCache:
     ``OrderedDict``); storing a tensor under a key that holds one of another shape or dtype
     raises LG003 before anything is stored, or with ``on_collision="evict"`` replaces the
     stale entry. Reads are not checked (an entry is checked when it is stored), so ``get``
-    is the store's own and costs about a dict's.
+    is the store's own and costs about a dict's; for a get-or-create use `get_or_create`
+    (or ``setdefault``), which check the entry against the weight asked for.
 
     Example:
         >>> import lora_guard as lg, torch
@@ -396,7 +397,10 @@ def guard_cache_lookup(
     ``store``, ``key`` and ``weight`` each name an argument of the wrapped function (or are
     callables over its bound arguments). Before the body runs, the entry under ``key`` is
     compared with ``weight``: a mismatch raises LG003, or with ``on_collision="evict"`` is
-    dropped so the body creates a fresh entry.
+    dropped so the body creates a fresh entry. What the body returns is compared too: a
+    tensor of another shape or dtype is never returned unchecked (evicting lookups of one key
+    run one at a time, so two threads wanting it at two ranks never swap tensors; a body that
+    keeps returning another shape is refused with LG003 after 8 tries).
 
     Example:
         >>> import lora_guard as lg, torch
