@@ -456,3 +456,17 @@ def test_a_traceback_through_a_guard_shows_the_generated_lines() -> None:
         assert source == fn.__lora_guard_source__.splitlines(True)  # type: ignore[attr-defined]
         shown.append(guard[0].filename)
     assert shown[0] != shown[1]  # each guard's own source
+
+
+def test_a_jagged_tensor_whose_dims_match_the_spec_is_lg004_on_the_fast_path() -> None:
+    """(2, j1, 64): as many dims as the spec, so the fast path unpacks it and reaches the
+    nested int (which raises AttributeError, not TypeError, when combined)."""
+    class Pool:
+        @lg.shapes(a="slots tokens hidden", frozen=("hidden",))
+        def set_lora_info(self, a: Any) -> str:
+            return "ran"
+
+    pool = Pool()
+    assert pool.set_lora_info(meta(2, 5, 64)) == "ran"  # the fast path is open
+    with pytest.raises(lg.ShapeContractError, match="LG004.*ragged"):
+        pool.set_lora_info(_odd_shapes()["jagged"])
