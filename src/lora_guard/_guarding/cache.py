@@ -238,6 +238,7 @@ class GuardedCache:
                 violation = _checked_entry(key, made, weight)
                 if violation is not None:  # create() made another shape: never stored
                     report([violation])
+                    return made  # warn/record mode: the caller asked to proceed
             elif not STATE.off:
                 _readable(key, made)
             store[key] = made
