@@ -470,3 +470,24 @@ def test_a_jagged_tensor_whose_dims_match_the_spec_is_lg004_on_the_fast_path() -
     assert pool.set_lora_info(meta(2, 5, 64)) == "ran"  # the fast path is open
     with pytest.raises(lg.ShapeContractError, match="LG004.*ragged"):
         pool.set_lora_info(_odd_shapes()["jagged"])
+
+
+def test_the_reliability_page_quotes_these_attacks() -> None:
+    """Every attack of round 3 (this file, the plugin's and the ranks') is in the table of
+    docs/reliability.md, with the numbers it holds."""
+    import ast as syntax
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    page = (tests.parent / "docs" / "reliability.md").read_text("utf-8")
+    section = page.split("### Round 3 (issue 27): the guards, the plugin and the ranks")[1]
+    section = section.split("\n### ")[0]
+    for name in ("test_hostile_guards.py", "test_plugin_hostile.py",
+                 "test_distributed_releases.py"):
+        tree = syntax.parse((tests / name).read_text("utf-8"))
+        attacks = [node.name for node in tree.body if isinstance(node, syntax.FunctionDef)
+                   and node.name.startswith("test_") and "reliability_page" not in node.name]
+        missing = [a for a in attacks if f"`{a}`" not in section]
+        assert not missing, f"docs/reliability.md, round 3, does not list {missing}"
+        assert f"tests/{name}" in section  # the command runs it
+    assert f"{LOOKUPS:,} lookups each" in section and f"{POOLS:,} pools" in section
