@@ -358,6 +358,10 @@ _ENTRIES = (
             "same-dtype": (
                 "{subject}: arguments disagree on dtype: {dtypes}."
             ),
+            "bad-shape": (
+                "{subject}: {problem}; a guarded tensor's .shape must be at most 64 integer "
+                "dims, none negative (a regular tensor, not a nested or jagged one)."
+            ),
         },
         raised_by=("@lg.shapes", "lg.shapes_conform"),
     ),
@@ -1320,6 +1324,11 @@ _ENTRIES = (
         messages={
             "diverged": "{subject}: ranks {ranks} differ from rank {reference} at {path}: {diff}.",
             "timeout": "{subject}: no answer from ranks within {timeout} s ({problem}).",
+            "protocol": (
+                "{subject}: ranks {ranks} run another lora_guard release than rank {reference} "
+                "({diff}); their checks cannot be compared: run one lora_guard release on "
+                "every rank."
+            ),
         },
         raised_by=("lg.assert_rank_consistent", "@lg.guard_rank_consistency"),
     ),
