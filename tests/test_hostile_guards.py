@@ -491,3 +491,17 @@ def test_the_reliability_page_quotes_these_attacks() -> None:
         assert not missing, f"docs/reliability.md, round 3, does not list {missing}"
         assert f"tests/{name}" in section  # the command runs it
     assert f"{LOOKUPS:,} lookups each" in section and f"{POOLS:,} pools" in section
+
+
+def test_an_odd_shape_is_reported_once() -> None:
+    """The fast path hands the call to the slow path once: one LG004 per refused call."""
+    class Pool:
+        @lg.shapes(a="slots rank")
+        def set_lora_info(self, a: Any) -> None: ...
+
+    pool = Pool()
+    pool.set_lora_info(meta(4, 16))
+    for odd in ("float", "negative", "string", "jagged"):
+        with lg.recording() as seen, pytest.raises(lg.ShapeContractError):
+            pool.set_lora_info(_odd_shapes()[odd])
+        assert seen.codes == ["LG004"], odd

@@ -262,8 +262,10 @@ def _check_sizes(checks: _Checks) -> None:
     combined: ast.expr = _load(f"_lg_d_{bound[0]}")
     for name in bound[1:]:
         combined = ast.BinOp(left=combined, op=ast.BitOr(), right=_load(f"_lg_d_{name}"))
-    test = _if(_compare(combined, ast.Lt(), ast.Constant(0)), checks.to_slow())
-    # TypeError for a float or a string; a jagged tensor's nested int raises AttributeError
+    # Leave the try to call the slow path (its LG004 is an Exception: called inside, the
+    # handler would run it a second time). TypeError for a float or a string; a jagged
+    # tensor's nested int raises AttributeError.
+    test = _leave_if(_compare(combined, ast.Lt(), ast.Constant(0)))
     handler = ast.ExceptHandler(type=_load("Exception"), name=None, body=[checks.to_slow()])
     checks.body.append(ast.Try(body=[test], handlers=[handler], orelse=[], finalbody=[]))
 
