@@ -52,6 +52,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 import sys
@@ -165,8 +166,31 @@ def _limits(manager: Any) -> ServingLimits:
     start_up = _START_UP.get()
     if start_up is not None and start_up[0] is manager:
         return start_up[1]
-    return _server_limits(manager, _rank(getattr(manager, "max_lora_rank", None)),
-                          getattr(manager, "target_modules", None))
+    max_rank = _rank(getattr(manager, "max_lora_rank", None))
+    targets = getattr(manager, "target_modules", None)
+    config = getattr(manager, "base_hf_config", None)
+    key = (max_rank, _frozen(targets), config)
+    kept: tuple[Any, ServingLimits] | None = getattr(manager, "__dict__", {}).get(_LIMITS_SLOT)
+    if kept is not None and kept[0][0] == key[0] and kept[0][2] is config and \
+            kept[0][1] == key[1]:
+        return kept[1]  # the same server as at the last load: its limits, made then
+    limits = _server_limits(manager, max_rank, targets)
+    with contextlib.suppress(AttributeError, TypeError):  # a manager without a __dict__
+        vars(manager)[_LIMITS_SLOT] = (key, limits)
+    return limits
+
+
+def _frozen(targets: Any) -> Any:
+    """``--lora-target-modules`` as a value to compare with the next load's."""
+    try:
+        return frozenset(targets) if isinstance(targets, (set, list, tuple)) else targets
+    except TypeError:  # unhashable names: not served anyway (see `_served`)
+        return tuple(targets)
+
+
+_LIMITS_SLOT = "_lora_guard_sglang_limits"
+"""The limits of a manager's last load, kept on the manager with what they were made from
+(``--max-lora-rank``, ``--lora-target-modules``, the base config): made again on a change."""
 
 
 def _vocab(manager: Any) -> int | None:
