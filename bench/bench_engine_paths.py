@@ -55,6 +55,8 @@ class Row:
     undo: Callable[[], Any] | None = None
     """Run after each timed call, outside the timing (a load's unload)."""
     number: int = 1000
+    around: tuple[Callable[[], Any], Callable[[], Any]] | None = None
+    """Untimed set-up and tear-down around each timed run of the row."""
     times: dict[str, list[float]] = field(default_factory=dict)
 
     def call(self, arm: str) -> Callable[[], Any]:
@@ -67,6 +69,8 @@ ARMS = ("plain", "guarded", "plain again")
 def _timed(row: Row, arm: str, number: int) -> float:
     """Seconds per call of the row's arm, the collector paused."""
     call = row.call(arm)
+    if row.around is not None:
+        row.around[0]()
     gc.collect()
     gc.disable()
     try:
@@ -85,6 +89,8 @@ def _timed(row: Row, arm: str, number: int) -> float:
         return total / number
     finally:
         gc.enable()
+        if row.around is not None:
+            row.around[1]()
 
 
 def run_rows(rows: list[Row], switch: Callable[[str], None] | None, rounds: int,
@@ -157,6 +163,9 @@ def vllm_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
     for module in expected:
         expected_modules.update(packed.get(module, [module]))
     lora_config = worker.lora_config
+    model = manager.model
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    mapper = mapper.get_rename_mapper() if mapper is not None else None
 
     def from_checkpoint(rank: int) -> Callable[[], Any]:
         path = str(paths[rank])
@@ -165,10 +174,12 @@ def vllm_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
             helper = env.peft_helper.PEFTHelper.from_local_dir(
                 path, worker.max_position_embeddings)
             helper.validate_legal(lora_config)
-            return env.lora_model.LoRAModel.from_local_checkpoint(
+            return env.lora_model.LoRAModel.from_local_checkpoint(  # as the worker calls it
                 path, expected_modules, peft_helper=helper, lora_model_id=99, device="cpu",
                 dtype=lora_config.lora_dtype, model_vocab_size=worker.vocab_size,
-                weights_mapper=getattr(manager.model, "hf_to_vllm_mapper", None))
+                weights_mapper=mapper, skip_prefixes=getattr(model, "lora_skip_prefixes", None),
+                moe_ep_spec=manager.moe_ep_load_spec,
+                unsupported_lora_modules=manager.unsupported_lora_modules)
         return load
 
     extra = h.vllm_request("extra", 50, paths[16])
@@ -240,8 +251,12 @@ def sglang_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
     layer = manager.loras[names[0]].layers[0]
     key, weight = next(iter(layer.weights.items()))
     store = {key: weight.clone()}
-    pool.pin_memory_available = True  # the engine consults its store (see the tier's test)
-    pool.enable_lora_overlap_loading = True
+
+    def consult(on: bool) -> Callable[[], None]:
+        def call() -> None:  # the engine consults its store (see the tier's test)
+            pool.pin_memory_available = on
+            pool.enable_lora_overlap_loading = on
+        return call
 
     def pinned_hit() -> None:
         pool._get_maybe_cached_weight_for_transfer(store, key, weight)
@@ -267,32 +282,19 @@ def sglang_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
             manager.unload_lora_adapter(h.sglang_ref(f"load{rank}", refs[rank]))
         return call
 
-    pool.pin_memory_available = False
-    pool.enable_lora_overlap_loading = False
     del torch
-
-    def consult(call: Callable[[], Any]) -> Callable[[], Any]:
-        def run() -> None:
-            pool.pin_memory_available = True
-            pool.enable_lora_overlap_loading = True
-            try:
-                call()
-            finally:
-                pool.pin_memory_available = False
-                pool.enable_lora_overlap_loading = False
-        return run
 
     rows = [
         Row("sglang step: fetch_new_loras + prepare_lora_batch (4 resident)", 1.02, step,
             number=500),
         Row("sglang LoRAMemoryPool.prepare_lora_batch alone", 1.02, pool_prepare,
             number=3000),
-        Row("sglang pinned-weight cache lookup (a hit)", 1.02, pinned_hit, number=20000),
+        Row("sglang pinned-weight cache lookup (a hit)", 1.02, pinned_hit, number=20000,
+            around=(consult(True), consult(False))),
         Row("sglang fetch_new_loras swapping one adapter in", 1.10, swap_one, number=200),
         Row("sglang load_lora_adapter r8", 1.10, load(8), undo=unload(8), number=40),
         Row("sglang load_lora_adapter r16", 1.10, load(16), undo=unload(16), number=40),
     ]
-    del consult
 
     def switch(arm: str) -> None:
         if arm == "guarded":

@@ -223,6 +223,29 @@ def _limits(expected: Any, mapped: bool, max_rank: int | None, heads: bool,
                           narrow=narrow)
 
 
+_OFFLINE: dict[tuple[Any, ...], ServingLimits] = {}
+"""The limits of loads outside a worker, by what they are made from (a tool loads many
+adapters against one set of modules and one rank)."""
+
+
+def _offline_limits(expected: Any, mapped: bool, max_rank: int | None) -> ServingLimits:
+    """`_limits` for vLLM's loader called directly: no served model, so no base config and
+    the classification heads allowed; made once per (modules, mapping, rank)."""
+    try:
+        modules = frozenset(expected) if isinstance(expected, Iterable) and not isinstance(
+            expected, str) else expected
+        key = (modules, mapped, max_rank)
+        hash(key)
+    except TypeError:  # unhashable names: nothing to keep
+        return _limits(expected, mapped, max_rank, True, None)
+    limits = _OFFLINE.get(key)
+    if limits is None:
+        if len(_OFFLINE) >= 32:
+            _OFFLINE.clear()
+        limits = _OFFLINE[key] = _limits(expected, mapped, max_rank, True, None)
+    return limits
+
+
 def _check_dir(lora_dir: Any, expected: Any, *, mapped: bool, peft_helper: Any,
                vocab: Any, server: _Server | None = None) -> None:
     subject = f"adapter {os.path.basename(os.path.normpath(lora_dir))!r}"
@@ -231,11 +254,11 @@ def _check_dir(lora_dir: Any, expected: Any, *, mapped: bool, peft_helper: Any,
         # weights_mapper: the names on disk are not the served names
         if server is not None:  # the worker's own load: its limits, made once
             limits = server.limits
+        elif (loading := _LOADING.get()) is not None:  # another folder, inside a worker load
+            limits = _limits(expected, mapped, _max_rank(peft_helper), loading.heads,
+                             loading.base)
         else:  # vLLM's loader called directly (an offline tool)
-            loading = _LOADING.get()
-            limits = _limits(expected, mapped, _max_rank(peft_helper),
-                             loading.heads if loading is not None else True,
-                             loading.base if loading is not None else None)
+            limits = _offline_limits(expected, mapped, _max_rank(peft_helper))
         violations += spec_violations(
             spec, limits, subject=subject, skip=_VLLM_SETTLES,
             vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
@@ -306,17 +329,36 @@ def slot_violations(manager: Any) -> list[Violation]:
 
 def _activate_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
-    lora_id = kwargs.get("lora_id", args[0] if args else None)
+    lora_id = args[0] if args else kwargs.get("lora_id")
+    table: Any = getattr(instance, "lora_index_to_id", None)
+    try:
+        verified = instance.__dict__[_VERIFIED_TABLE]
+    except (AttributeError, KeyError):
+        verified = None
+    if verified is not None and verified == table and lora_id in table:
+        # the slot table this guard verified last (its ids: the active adapters), unchanged,
+        # holds this adapter: vLLM returns early (already active), nothing new to check.
+        # Every step of a batch whose adapters stay resident.
+        return wrapped(*args, **kwargs)
+    active = getattr(instance, "_active_adapters", None)
     found = slot_violations(instance)
-    table = getattr(instance, "lora_index_to_id", None)
-    active = getattr(instance, "_active_adapters", None) or {}
-    if not found and table is not None and lora_id not in active and None not in table:
+    if not found and table is not None and lora_id not in (active or {}) and None not in table:
         found.append(make_violation("LG201", "exhausted", "vLLM LoRA slots",
-                                    needed=len(active) + 1, slots=len(table)))
+                                    needed=len(active or {}) + 1, slots=len(table)))
     report(found)
     result = wrapped(*args, **kwargs)
-    report(slot_violations(instance))
+    found = slot_violations(instance)
+    report(found)
+    if not found and table is not None:
+        with contextlib.suppress(AttributeError, TypeError):
+            vars(instance)[_VERIFIED_TABLE] = list(table)
     return result
+
+
+_VERIFIED_TABLE = "_lora_guard_verified_slots"
+"""A copy of the manager's ``lora_index_to_id`` as this guard last found it consistent with
+the active adapters, kept on the manager. vLLM changes both together (activation, eviction,
+removal), so a table unchanged since then needs no second look."""
 
 
 INTEGRATION = Integration(
@@ -324,6 +366,7 @@ INTEGRATION = Integration(
     distribution="vllm",
     min_version="0.34.0",
     max_version="0.34.1",
+    on_uninstrument=_OFFLINE.clear,
     patches=(
         Patch("vllm.lora.lora_model", "LoRAModel.from_local_checkpoint",
               ("cls", "lora_dir", "expected_lora_modules", "peft_helper"),
