@@ -206,13 +206,8 @@ def vllm_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
             number=60),
     ]
 
-    def switch(arm: str) -> None:
-        if arm == "guarded":
-            guard.instrument()
-        else:
-            guard.uninstrument()
-
-    return rows, switch
+    CHECKER_WORK.append(("vLLM", paths[8], guard._server(worker).limits))
+    return rows, _switch(guard)
 
 
 def _vllm_mapping(env: Any, ids: tuple[int, ...]) -> Any:
@@ -248,19 +243,7 @@ def sglang_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
                                 lora_refs=manager.lora_refs, lora_embed_tokens_module=None,
                                 lora_lm_head_module=None)
 
-    layer = manager.loras[names[0]].layers[0]
-    key, weight = next(iter(layer.weights.items()))
-    store = {key: weight.clone()}
-
-    def consult(on: bool) -> Callable[[], None]:
-        def call() -> None:  # the engine consults its store (see the tier's test)
-            pool.pin_memory_available = on
-            pool.enable_lora_overlap_loading = on
-        return call
-
-    def pinned_hit() -> None:
-        pool._get_maybe_cached_weight_for_transfer(store, key, weight)
-
+    pinned_hit = _sglang_pinned_row(manager, names[0])
     swap_in = h.peft_adapter(tmp / "swap", r=8, seed=9)
     assert manager.load_lora_adapter(h.sglang_ref("swap", swap_in)).success
     cycle = [0]
@@ -271,16 +254,7 @@ def sglang_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
         manager.fetch_new_loras({"swap", *names[1:]} if cycle[0] else resident)
 
     refs = {r: h.peft_adapter(tmp / f"load-r{r}", r=r, seed=r) for r in (8, 16)}
-
-    def load(rank: int) -> Callable[[], Any]:
-        def call() -> None:
-            assert manager.load_lora_adapter(h.sglang_ref(f"load{rank}", refs[rank])).success
-        return call
-
-    def unload(rank: int) -> Callable[[], Any]:
-        def call() -> None:
-            manager.unload_lora_adapter(h.sglang_ref(f"load{rank}", refs[rank]))
-        return call
+    CHECKER_WORK.append(("sglang", refs[8], guard._limits(manager)))
 
     del torch
 
@@ -289,20 +263,55 @@ def sglang_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
             number=500),
         Row("sglang LoRAMemoryPool.prepare_lora_batch alone", 1.02, pool_prepare,
             number=3000),
-        Row("sglang pinned-weight cache lookup (a hit)", 1.02, pinned_hit, number=20000,
-            around=(consult(True), consult(False))),
+        pinned_hit,
         Row("sglang fetch_new_loras swapping one adapter in", 1.10, swap_one, number=200),
-        Row("sglang load_lora_adapter r8", 1.10, load(8), undo=unload(8), number=40),
-        Row("sglang load_lora_adapter r16", 1.10, load(16), undo=unload(16), number=40),
+        *(_sglang_load_row(manager, rank, path) for rank, path in refs.items()),
     ]
 
+    return rows, _switch(guard)
+
+
+def _switch(guard: Any) -> Callable[[str], None]:
+    """The arms: the integration instrumented, or not."""
     def switch(arm: str) -> None:
         if arm == "guarded":
             guard.instrument()
         else:
             guard.uninstrument()
+    return switch
 
-    return rows, switch
+
+def _sglang_load_row(manager: Any, rank: int, path: Path) -> Row:
+    import _harness as h
+
+    def load() -> None:
+        assert manager.load_lora_adapter(h.sglang_ref(f"load{rank}", path)).success
+
+    def unload() -> None:
+        manager.unload_lora_adapter(h.sglang_ref(f"load{rank}", path))
+
+    return Row(f"sglang load_lora_adapter r{rank}", 1.10, load, undo=unload, number=40)
+
+
+def _sglang_pinned_row(manager: Any, name: str) -> Row:
+    """A hit in an adapter layer's own pinned store, the engine consulting it (pinning
+    available, overlap loading on: set around the timing only, as the tier's test does)."""
+    pool = manager.memory_pool
+    layer = manager.loras[name].layers[0]
+    key, weight = next(iter(layer.weights.items()))
+    store = {key: weight.clone()}
+
+    def consult(on: bool) -> Callable[[], None]:
+        def call() -> None:
+            pool.pin_memory_available = on
+            pool.enable_lora_overlap_loading = on
+        return call
+
+    def pinned_hit() -> None:
+        pool._get_maybe_cached_weight_for_transfer(store, key, weight)
+
+    return Row("sglang pinned-weight cache lookup (a hit)", 1.02, pinned_hit, number=20000,
+               around=(consult(True), consult(False)))
 
 
 def _sglang_batch(names: list[str]) -> Any:
@@ -357,13 +366,7 @@ def peft_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
         Row("PEFT load_adapter + set_adapter", 1.10, load, undo=unload, number=40),
     ]
 
-    def switch(arm: str) -> None:
-        if arm == "guarded":
-            guard.instrument()
-        else:
-            guard.uninstrument()
-
-    return rows, switch
+    return rows, _switch(guard)
 
 
 # --- the guards beside the same checks by hand ---------------------------------------------
@@ -415,6 +418,29 @@ def guard_rows() -> list[Row]:
     ]
 
 
+CHECKER_WORK: list[tuple[str, Path, Any]] = []
+"""(engine, an r8 adapter, the server's limits): what a guarded load does besides the
+engine's own work, the checker's read of the adapter's config and header and its checks."""
+
+
+def report_checker_work() -> None:
+    import timeit
+
+    from lora_guard._checking.check_adapters import spec_violations
+    from lora_guard.integrations._base import local_adapter
+
+    for engine, path, limits in CHECKER_WORK:
+        spec, _ = local_adapter(path, "adapter")
+        assert spec is not None
+        read = min(timeit.repeat(lambda p=path: local_adapter(p, "adapter"), number=200,
+                                 repeat=7)) / 200
+        check = min(timeit.repeat(
+            lambda s=spec, lim=limits: spec_violations(s, lim, subject="adapter"),
+            number=200, repeat=7)) / 200
+        print(f"{engine} load, lora_guard's own part (an r8 adapter, best of 7): read config "
+              f"+ header {_fmt(read)}, the checker's checks {_fmt(check)}", flush=True)
+
+
 # --- driver ------------------------------------------------------------------------------------
 
 GROUPS = ("guards", "peft", "sglang", "vllm")
@@ -433,6 +459,7 @@ def run_group(group: str, rounds: int, scale: float) -> None:
         rows, switch = build(tmp)
         run_rows(rows, switch, rounds, warm=20, scale=scale)
         report_rows(group, rows)
+        report_checker_work()
 
 
 def main() -> int:

@@ -524,10 +524,21 @@ def local_adapter(
     if not os.path.lexists(os.path.join(path, CONFIG_NAME)):
         return None, []
     try:
-        if lora_only:
-            config, _ = read_config(path)
-            if config.get("peft_type", "LORA") != "LORA":
-                return None, []
-        return load_spec(path, require_weights=False, config_defaults=config_defaults), []
+        spec = load_spec(path, require_weights=False, config_defaults=config_defaults)
     except Malformed as exc:
+        if lora_only and _not_lora(path):
+            return None, []  # another PEFT type's config need not read as LoRA's
         return None, [malformed_violation(subject, exc)]
+    if lora_only and spec.config.get("peft_type", "LORA") != "LORA":
+        return None, []
+    return spec, []
+
+
+def _not_lora(path: str | os.PathLike[str]) -> bool:
+    """Whether the folder's config is another PEFT type's (read again only for a config
+    that did not read as a LoRA adapter's: a valid one is read once)."""
+    try:
+        config, _ = read_config(path)
+    except Malformed:
+        return False
+    return bool(config.get("peft_type", "LORA") != "LORA")

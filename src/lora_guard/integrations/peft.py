@@ -35,7 +35,6 @@ import contextvars
 import os
 import weakref
 from collections.abc import Callable, Mapping
-from operator import attrgetter
 from typing import Any
 
 from .._checking.check_adapters import Expected, ServingLimits, spec_violations
@@ -304,13 +303,15 @@ def _prepared(modules: dict[str, Any], adapter_name: str) -> bool:
 
 
 def _lora_module(model: Any, module: str, modules: dict[str, Any]) -> Any:
-    """The LoRA layer named ``module`` (a swap key without ``lora_*.<adapter>.weight``)."""
-    if module not in modules:
-        try:
-            modules[module] = attrgetter(module)(model) if module else model
-        except AttributeError:
-            modules[module] = None
-    return modules[module]
+    """The submodule named ``module``, found as PEFT's ``attrgetter`` finds it, each prefix
+    resolved once for all the swap's keys (``modules`` keeps them; None: not there)."""
+    if module in modules:
+        return modules[module]
+    parent_name, _, leaf = module.rpartition(".")
+    parent = _lora_module(model, parent_name, modules) if parent_name else model
+    found = None if parent is None else getattr(parent, leaf, None)
+    modules[module] = found
+    return found
 
 
 def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str,
