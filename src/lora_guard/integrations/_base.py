@@ -60,7 +60,7 @@ class IntegrationWarning(UserWarning):
 @dataclass(frozen=True)
 class Patch:
     """One guarded attribute: ``module`` + ``path`` (``"Class.method"``), the leading
-    parameters its signature must have, and the wrapt wrapper that guards it.
+    parameters its signature must have, and the wrapper that guards it (wrapt's convention).
 
     The wrapper is called as ``wrapper(wrapped, instance, args, kwargs)`` and calls
     ``wrapped(*args, **kwargs)`` itself once its checks pass; see `Integration`.
