@@ -330,16 +330,17 @@ def slot_violations(manager: Any) -> list[Violation]:
 def _activate_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
     lora_id = args[0] if args else kwargs.get("lora_id")
-    table: Any = getattr(instance, "lora_index_to_id", None)
     try:
         verified = instance.__dict__[_VERIFIED_TABLE]
     except (AttributeError, KeyError):
         verified = None
-    if verified is not None and verified == table and lora_id in table:
+    if lora_id is not None and verified is not None and lora_id in verified and \
+            verified == getattr(instance, "lora_index_to_id", None):
         # the slot table this guard verified last (its ids: the active adapters), unchanged,
         # holds this adapter: vLLM returns early (already active), nothing new to check.
         # Every step of a batch whose adapters stay resident.
         return wrapped(*args, **kwargs)
+    table: Any = getattr(instance, "lora_index_to_id", None)
     active = getattr(instance, "_active_adapters", None)
     found = slot_violations(instance)
     if not found and table is not None and lora_id not in (active or {}) and None not in table:
