@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_engine_paths as paths  # noqa: E402
+import bench_engine_paths as paths
 
 
 def main() -> int:
