@@ -193,6 +193,22 @@ def test_a_batch_with_more_adapters_than_slots_is_refused_before_sglangs_assert(
     assert set(manager.memory_pool.uid_to_buffer_id) == {None}  # nothing was loaded
 
 
+def test_slot_maps_broken_after_many_clean_steps_are_reported_at_the_next_step(
+        guard, tmp_path):
+    # steps whose adapters stay resident are not re-checked; a map changed behind the
+    # pool's back (a slot that lost its adapter) is caught at the very next step
+    manager = h.sglang_server(max_loras_per_batch=2)
+    path = h.peft_adapter(tmp_path / "a", r=8)
+    assert manager.load_lora_adapter(h.sglang_ref("a", path)).success
+    for _ in range(3):
+        manager.fetch_new_loras({"a"})
+    pool = manager.memory_pool
+    pool.buffer_id_to_uid[pool.uid_to_buffer_id["a"]] = h.sglang_env().pool.EMPTY_SLOT
+
+    with pytest.raises(lg.RegistryError, match="LG201"):
+        manager.fetch_new_loras({"a"})
+
+
 # --- pinned lookups (sglang 0.5.23 pins per adapter: layer.pinned_weights) -----------------------
 
 def test_a_normal_load_with_per_adapter_pinned_weights_gives_no_false_lg003(guard, tmp_path):

@@ -14,6 +14,7 @@ This module imports neither torch nor any guarded library.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -24,6 +25,7 @@ import threading
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MethodType
 from typing import Any
 
 import wrapt
@@ -58,7 +60,7 @@ class IntegrationWarning(UserWarning):
 @dataclass(frozen=True)
 class Patch:
     """One guarded attribute: ``module`` + ``path`` (``"Class.method"``), the leading
-    parameters its signature must have, and the wrapt wrapper that guards it.
+    parameters its signature must have, and the wrapper that guards it (wrapt's convention).
 
     The wrapper is called as ``wrapper(wrapped, instance, args, kwargs)`` and calls
     ``wrapped(*args, **kwargs)`` itself once its checks pass; see `Integration`.
@@ -337,17 +339,6 @@ class Integration:
 
     # --- machinery -------------------------------------------------------------------------
 
-    def _guarded(self, wrapper: Wrapper) -> Wrapper:
-        def guarded(
-            wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-            kwargs: dict[str, Any],
-        ) -> Any:
-            if not self._active or STATE.off:
-                return wrapped(*args, **kwargs)
-            return wrapper(wrapped, instance, args, kwargs)
-
-        return guarded
-
     def _on_import_hook(self, module: Any) -> None:
         with self._lock:
             self._pending.discard(getattr(module, "__name__", ""))
@@ -372,7 +363,8 @@ class Integration:
             self._warn_untested(version)
             for patch, parent, attr in resolved:
                 original = vars(parent).get(attr, _MISSING)
-                wrapt.wrap_function_wrapper(parent, attr, self._guarded(patch.wrapper))
+                setattr(parent, attr, _guarded(self, original, patch.wrapper,
+                                               method=isinstance(parent, type)))
                 self._applied[(name, patch.path)] = _Applied(
                     parent, attr, original, vars(parent)[attr])
 
@@ -460,6 +452,50 @@ class Integration:
         return parent, attr
 
 
+def _guarded(integration: Integration, raw: Any, wrapper: Wrapper, *, method: bool) -> Any:
+    """What goes in place of ``raw``: a plain function with the original's name and
+    signature (``__wrapped__``) that calls ``wrapper(wrapped, instance, args, kwargs)`` while
+    the integration is active and the mode is not ``off``, else the original itself.
+
+    A plain function, not a wrapt proxy: the engines call some of these on every step, and a
+    Python function's call is the cheapest dispatch there is (about a third of a wrapt
+    ``FunctionWrapper``'s; ``bench/bench_engine_paths.py`` measures the engines' paths).
+    """
+    fn = _raw_function(raw)
+    if isinstance(raw, classmethod):
+        return classmethod(functools.update_wrapper(_class_call(integration, fn, wrapper), fn))
+    if method and not isinstance(raw, staticmethod):
+        return functools.update_wrapper(_method_call(integration, fn, wrapper), fn)
+    call = functools.update_wrapper(_plain_call(integration, fn, wrapper), fn)
+    return staticmethod(call) if isinstance(raw, staticmethod) else call
+
+
+def _method_call(integration: Integration, fn: Any, wrapper: Wrapper) -> Callable[..., Any]:
+    def call(owner: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if not integration._active or STATE.off:
+            return fn(owner, *args, **kwargs)
+        return wrapper(MethodType(fn, owner), owner, args, kwargs)
+    return call
+
+
+def _class_call(integration: Integration, fn: Any, wrapper: Wrapper) -> Callable[..., Any]:
+    def call(cls: Any, /, *args: Any, **kwargs: Any) -> Any:
+        bound = MethodType(fn, cls)
+        if not integration._active or STATE.off:
+            return bound(*args, **kwargs)
+        return wrapper(bound, cls, args, kwargs)
+    return call
+
+
+def _plain_call(integration: Integration, fn: Any, wrapper: Wrapper) -> Callable[..., Any]:
+    """A module's function, or a staticmethod (no instance)."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not integration._active or STATE.off:
+            return fn(*args, **kwargs)
+        return wrapper(fn, None, args, kwargs)
+    return call
+
+
 # --- adapters on disk: read by the checker, for the library that loads them next ------------
 
 def local_adapter(
@@ -488,10 +524,21 @@ def local_adapter(
     if not os.path.lexists(os.path.join(path, CONFIG_NAME)):
         return None, []
     try:
-        if lora_only:
-            config, _ = read_config(path)
-            if config.get("peft_type", "LORA") != "LORA":
-                return None, []
-        return load_spec(path, require_weights=False, config_defaults=config_defaults), []
+        spec = load_spec(path, require_weights=False, config_defaults=config_defaults)
     except Malformed as exc:
+        if lora_only and _not_lora(path):
+            return None, []  # another PEFT type's config need not read as LoRA's
         return None, [malformed_violation(subject, exc)]
+    if lora_only and spec.config.get("peft_type", "LORA") != "LORA":
+        return None, []
+    return spec, []
+
+
+def _not_lora(path: str | os.PathLike[str]) -> bool:
+    """Whether the folder's config is another PEFT type's (read again only for a config
+    that did not read as a LoRA adapter's: a valid one is read once)."""
+    try:
+        config, _ = read_config(path)
+    except Malformed:
+        return False
+    return bool(config.get("peft_type", "LORA") != "LORA")

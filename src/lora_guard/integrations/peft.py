@@ -290,15 +290,28 @@ def _rank_axis(key: str) -> int | None:
     return None
 
 
-def _prepared(model: Any, adapter_name: str) -> bool:
-    """Was ``prepare_model_for_compiled_hotswap`` called? (LoRA scalings became tensors)."""
+def _prepared(modules: dict[str, Any], adapter_name: str) -> bool:
+    """Was ``prepare_model_for_compiled_hotswap`` called? (LoRA scalings became tensors; it
+    converts every LoRA layer's, so the layers the swap writes to tell.)"""
     import torch
 
-    for module in model.modules():
+    for module in modules.values():
         scaling = getattr(module, "scaling", None)
         if isinstance(scaling, dict) and isinstance(scaling.get(adapter_name), torch.Tensor):
             return True
     return False
+
+
+def _lora_module(model: Any, module: str, modules: dict[str, Any]) -> Any:
+    """The submodule named ``module``, found as PEFT's ``attrgetter`` finds it, each prefix
+    resolved once for all the swap's keys (``modules`` keeps them; None: not there)."""
+    if module in modules:
+        return modules[module]
+    parent_name, _, leaf = module.rpartition(".")
+    parent = _lora_module(model, parent_name, modules) if parent_name else model
+    found = None if parent is None else getattr(parent, leaf, None)
+    modules[module] = found
+    return found
 
 
 def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str,
@@ -317,14 +330,18 @@ def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str
     """
     subject = f"hot-swap of adapter {adapter_name!r}"
     found = _swap_config_violations(model, adapter_name, config, subject)
-    current = {
-        k.removeprefix("_orig_mod."): v for k, v in model.state_dict(keep_vars=True).items()
-        if parameter_prefix in k and adapter_name in k
-    }
-    prepared = _prepared(model, adapter_name)
+    layers: dict[str, Any] = {}  # the LoRA layers the keys name: the model is not walked
+    shape_changes: list[tuple[str, str, int | None, tuple[int, ...], tuple[int, ...]]] = []
     new_ranks: dict[str, dict[int, int]] = {}
     for key, new_value in state_dict.items():
-        new_shape, old_shape = shape_of(new_value), shape_of(current.get(key))
+        # the tensor PEFT will write to, found as PEFT finds it (attrgetter; a compiled
+        # model's wrapper resolves it through _orig_mod)
+        if parameter_prefix not in key or adapter_name not in key:
+            continue  # not one of this adapter's tensors: PEFT refuses it before writing
+        parent = _lora_module(model, key.rsplit(".", 1)[0], layers)
+        old_value = getattr(parent, key.rsplit(".", 1)[1], None) if parent is not None \
+            else None
+        new_shape, old_shape = shape_of(new_value), shape_of(old_value)
         if new_shape is None or old_shape is None:
             continue  # unexpected keys: PEFT refuses them before writing anything
         axis = _rank_axis(key)
@@ -332,6 +349,12 @@ def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str
         if axis is not None and len(new_shape) > axis:
             new_ranks.setdefault(module, {})[axis] = new_shape[axis]
         if new_shape != old_shape:
+            shape_changes.append((key, module, axis, old_shape, new_shape))
+    if shape_changes:
+        owners = {k.split(f".{parameter_prefix}", 1)[0] for k, *_ in shape_changes}
+        prepared = _prepared(
+            {name: _lora_module(model, name, layers) for name in owners}, adapter_name)
+        for key, module, axis, old_shape, new_shape in shape_changes:
             found += _shape_change(subject, key, module, axis, old_shape, new_shape, prepared)
     found += _rank_mismatches(subject, state_dict, new_ranks)
     return found

@@ -52,8 +52,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
+import re
 import sys
 import weakref
 from collections.abc import Callable, Mapping
@@ -165,8 +167,31 @@ def _limits(manager: Any) -> ServingLimits:
     start_up = _START_UP.get()
     if start_up is not None and start_up[0] is manager:
         return start_up[1]
-    return _server_limits(manager, _rank(getattr(manager, "max_lora_rank", None)),
-                          getattr(manager, "target_modules", None))
+    max_rank = _rank(getattr(manager, "max_lora_rank", None))
+    targets = getattr(manager, "target_modules", None)
+    config = getattr(manager, "base_hf_config", None)
+    key = (max_rank, _frozen(targets), config)
+    kept: tuple[Any, ServingLimits] | None = getattr(manager, "__dict__", {}).get(_LIMITS_SLOT)
+    if kept is not None and kept[0][0] == key[0] and kept[0][2] is config and \
+            kept[0][1] == key[1]:
+        return kept[1]  # the same server as at the last load: its limits, made then
+    limits = _server_limits(manager, max_rank, targets)
+    with contextlib.suppress(AttributeError, TypeError):  # a manager without a __dict__
+        vars(manager)[_LIMITS_SLOT] = (key, limits)
+    return limits
+
+
+def _frozen(targets: Any) -> Any:
+    """``--lora-target-modules`` as a value to compare with the next load's."""
+    try:
+        return frozenset(targets) if isinstance(targets, (set, list, tuple)) else targets
+    except TypeError:  # unhashable names: not served anyway (see `_served`)
+        return tuple(targets)
+
+
+_LIMITS_SLOT = "_lora_guard_sglang_limits"
+"""The limits of a manager's last load, kept on the manager with what they were made from
+(``--max-lora-rank``, ``--lora-target-modules``, the base config): made again on a change."""
 
 
 def _vocab(manager: Any) -> int | None:
@@ -293,19 +318,37 @@ def _empty_marker(pool: Any) -> Any:
 
 def _prepare_lora_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any]) -> Any:
-    cur_uids = _arg(args, kwargs, 0, "cur_uids")
+    cur_uids = args[0] if args else kwargs.get("cur_uids")
     slots = getattr(instance, "max_loras_per_batch", None)
-    if isinstance(slots, int) and cur_uids is not None and len(set(cur_uids)) > slots:
-        report([make_violation("LG201", "exhausted", "LoRAMemoryPool.prepare_lora_batch",
-                               needed=len(set(cur_uids)), slots=slots)])
+    if isinstance(slots, int) and cur_uids is not None:
+        needed = len(cur_uids if type(cur_uids) is set else set(cur_uids))
+        if needed > slots:
+            report([make_violation("LG201", "exhausted", "LoRAMemoryPool.prepare_lora_batch",
+                                   needed=needed, slots=slots)])
     result = wrapped(*args, **kwargs)
     uid_to_slot = getattr(instance, "uid_to_buffer_id", None)
     slot_to_uid = getattr(instance, "buffer_id_to_uid", None)
+    try:
+        verified = instance.__dict__[_VERIFIED_MAPS]
+    except (AttributeError, KeyError):
+        verified = None
+    if verified is not None and verified[1] == slot_to_uid and verified[0] == uid_to_slot:
+        return result  # the maps this guard verified last, unchanged: nothing new to check
     if isinstance(uid_to_slot, Mapping) and slot_to_uid is not None:
-        report(check_slot_maps_violations(
+        found = check_slot_maps_violations(
             uid_to_slot, slot_to_uid, slots=slots if isinstance(slots, int) else None,
-            empty=_empty_marker(instance), subject="LoRAMemoryPool slot maps"))
+            empty=_empty_marker(instance), subject="LoRAMemoryPool slot maps")
+        report(found)
+        if not found:
+            with contextlib.suppress(AttributeError, TypeError):
+                vars(instance)[_VERIFIED_MAPS] = (dict(uid_to_slot), list(slot_to_uid))
     return result
+
+
+_VERIFIED_MAPS = "_lora_guard_verified_slot_maps"
+"""Copies of the pool's slot maps as this guard last found them consistent, kept on the pool:
+a step that leaves them as they were has nothing new to check (most steps: the adapters of
+the batch are resident)."""
 
 
 def _load_lora_weight_to_buffer(wrapped: Callable[..., Any], instance: Any,
@@ -342,6 +385,20 @@ def _consults_store(pool: Any, weight: Any) -> bool:
 
 def _cached_weight(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                    kwargs: dict[str, Any]) -> Any:
+    if _engine_checks_hits():
+        # sglang compares a hit's shape and dtype itself and raises before returning it: a
+        # hit costs nothing here, and a refused one is reported with its code and fix
+        try:
+            return wrapped(*args, **kwargs)
+        except ValueError:
+            _check_cached(instance, args, kwargs)
+            raise
+    _check_cached(instance, args, kwargs)
+    return wrapped(*args, **kwargs)
+
+
+def _check_cached(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """LG003 for a pinned entry of another shape or dtype than the weight it stands for."""
     store = _arg(args, kwargs, 0, "pinned_weight_store")
     key = _arg(args, kwargs, 1, "cache_key")
     weight = _arg(args, kwargs, 2, "weight")
@@ -349,7 +406,21 @@ def _cached_weight(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
         violation = check_cache_entry(key, store.get(key), weight)
         if violation is not None:
             report([violation])
-    return wrapped(*args, **kwargs)
+
+
+_HITS_CHECKED_FROM = (0, 5, 23)
+"""The first sglang release whose ``_get_maybe_cached_weight_for_transfer`` refuses a pinned
+hit of another shape or dtype itself (a ``ValueError`` before the stale tensor is returned)."""
+_ENGINE_CHECKS: list[bool] = []
+
+
+def _engine_checks_hits() -> bool:
+    """Whether the installed sglang checks its pinned hits itself (asked once per process)."""
+    if not _ENGINE_CHECKS:
+        version = INTEGRATION.version() or ""
+        parts = tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+        _ENGINE_CHECKS.append(len(parts) == 3 and parts >= _HITS_CHECKED_FROM)
+    return _ENGINE_CHECKS[0]
 
 
 # --- set_lora_info (fused MoE, shared sink) -----------------------------------------------
@@ -367,6 +438,12 @@ def _set_lora_info(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
         )(function)
         _GUARDED_SET_LORA[function] = guarded
     return guarded(instance, *args, **kwargs)
+
+
+def _forget() -> None:
+    """On uninstrument: the layout registries, and the release's answers."""
+    _REGISTRIES.clear()
+    _ENGINE_CHECKS.clear()
 
 
 _SET_LORA_PARAMS = ("self", "gate_up_lora_a_weights", "gate_up_lora_b_weights",
@@ -403,7 +480,7 @@ INTEGRATION = Integration(
               "InklingBatchDenseMLPWithLoRAV2.set_lora_info", _SET_LORA_PARAMS, _set_lora_info,
               optional=True),
     ),
-    on_uninstrument=_REGISTRIES.clear,
+    on_uninstrument=_forget,
 )
 
 

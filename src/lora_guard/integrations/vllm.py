@@ -53,13 +53,48 @@ __all__ = ["INTEGRATION", "instrument", "slot_violations", "uninstrument"]
 name = "vllm"
 """This integration's name, as `lora_guard.integrations.get` knows it."""
 
-_MAX_RANK: contextvars.ContextVar[int | None] = contextvars.ContextVar(
-    "lora_guard_vllm_max_rank", default=None)
-_BASE: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
-    "lora_guard_vllm_base", default=None)
-_HEADS: contextvars.ContextVar[bool] = contextvars.ContextVar("lora_guard_vllm_heads",
-                                                               default=True)
-"""Whether the served model has a classification head (``score``/``classifier``)."""
+class _Server:
+    """What a vLLM worker's loads are checked against, computed once per server (and again
+    only when its ``LoRAConfig``, model or limits change): kept on the worker itself."""
+
+    __slots__ = ("base", "expected", "heads", "key", "limits", "mapped", "max_rank")
+
+    def __init__(self, worker: Any, key: tuple[Any, ...]) -> None:
+        manager = getattr(worker, "_adapter_manager", None)
+        model = getattr(manager, "model", None)
+        self.key = key
+        self.max_rank = _usable_rank(getattr(getattr(worker, "lora_config", None),
+                                             "max_lora_rank", None))
+        self.base = _text_config(getattr(model, "config", None))
+        self.heads = any(getattr(model, h, None) is not None for h in _CLASSIFIER_HEADS)
+        self.expected = _expected_modules(manager)
+        self.mapped = bool(getattr(model, "hf_to_vllm_mapper", None))
+        rank = self.max_rank if self.max_rank is not None else _max_rank(None)
+        self.limits = _limits(self.expected, self.mapped, rank, self.heads, self.base)
+
+
+_SERVER_SLOT = "_lora_guard_vllm_server"
+
+
+def _server(worker: Any) -> _Server:
+    """The worker's `_Server`, made on its first load and whenever what it reads changed."""
+    manager = getattr(worker, "_adapter_manager", None)
+    lora_config = getattr(worker, "lora_config", None)
+    key = (lora_config, getattr(lora_config, "max_lora_rank", None), manager,
+           getattr(manager, "model", None), getattr(manager, "supported_lora_modules", None))
+    kept: _Server | None = getattr(worker, "__dict__", {}).get(_SERVER_SLOT)
+    if kept is not None and len(kept.key) == len(key) and all(
+            a is b for a, b in zip(kept.key, key, strict=True)):
+        return kept
+    server = _Server(worker, key)
+    with contextlib.suppress(AttributeError, TypeError):  # a worker without a __dict__
+        vars(worker)[_SERVER_SLOT] = server
+    return server
+
+
+_LOADING: contextvars.ContextVar[_Server | None] = contextvars.ContextVar(
+    "lora_guard_vllm_loading", default=None)
+"""The server whose worker ``_load_adapter`` runs (its limits, base and max rank)."""
 _CHECKED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "lora_guard_vllm_checked", default=None)
 """The adapter folder the worker's load guard checked already (no second report)."""
@@ -69,32 +104,24 @@ _VLLM_SETTLES = ("LG106",)
 
 def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> Any:
-    max_rank = getattr(getattr(instance, "lora_config", None), "max_lora_rank", None)
-    usable = isinstance(max_rank, int) and not isinstance(max_rank, bool) and max_rank > 0
-    token = _MAX_RANK.set(max_rank if usable else None)
-    manager = getattr(instance, "_adapter_manager", None)
-    model = getattr(manager, "model", None)
-    base = _BASE.set(_text_config(getattr(model, "config", None)))
-    heads = _HEADS.set(any(getattr(model, h, None) is not None for h in _CLASSIFIER_HEADS))
+    server = _server(instance)
+    token = _LOADING.set(server)
     try:
         # before vLLM's own PEFTHelper validation: every defect in one message with its fix
         lora_request = kwargs.get("lora_request", args[0] if args else None)
         path = getattr(lora_request, "lora_path", None)
         checked = _CHECKED.set(None)
         if isinstance(path, (str, os.PathLike)) and os.path.isdir(path):
-            _check_dir(path, _expected_modules(manager), mapped=bool(
-                getattr(model, "hf_to_vllm_mapper", None)), peft_helper=None,
-                vocab=getattr(instance, "vocab_size", None))
+            _check_dir(path, server.expected, mapped=server.mapped, peft_helper=None,
+                       vocab=getattr(instance, "vocab_size", None), server=server)
             _CHECKED.reset(checked)
-            checked = _CHECKED.set(os.path.realpath(path))
+            checked = _CHECKED.set(os.fspath(path))
         try:
             return wrapped(*args, **kwargs)
         finally:
             _CHECKED.reset(checked)
     finally:
-        _HEADS.reset(heads)
-        _BASE.reset(base)
-        _MAX_RANK.reset(token)
+        _LOADING.reset(token)
 
 
 def _expected_modules(manager: Any) -> set[str] | None:
@@ -154,9 +181,9 @@ def _max_rank(peft_helper: Any) -> int | None:
     """The server's ``max_lora_rank`` for this load: the worker's that calls it; else the
     ``LoRAConfig`` this adapter's `PEFTHelper` was validated against (an offline tool's
     ``validate_legal(lora_config)``); else the current vLLM config's; else vLLM's default."""
-    from_worker = _MAX_RANK.get()
-    if from_worker is not None:
-        return from_worker
+    loading = _LOADING.get()
+    if loading is not None and loading.max_rank is not None:
+        return loading.max_rank
     validated = _VALIDATED.get(id(peft_helper))
     if validated is not None and validated[0]() is peft_helper:
         return validated[1]
@@ -177,7 +204,8 @@ def _max_rank(peft_helper: Any) -> int | None:
     return _usable_rank(default)
 
 
-def _limits(expected: Any, mapped: bool, max_rank: int | None, heads: bool) -> ServingLimits:
+def _limits(expected: Any, mapped: bool, max_rank: int | None, heads: bool,
+            base: dict[str, Any] | None) -> ServingLimits:
     """The vLLM profile of ``lora-guard check --engine vllm`` (the installed release's rules:
     packed names loaded only where the model has them, weights cast to the LoRA dtype, the
     classification heads of a pooling model), with this server's ``max_lora_rank``, the
@@ -190,18 +218,47 @@ def _limits(expected: Any, mapped: bool, max_rank: int | None, heads: bool) -> S
     narrow: dict[str, Any] = {"max_rank": max_rank, "target_modules": served}
     if not heads:  # the served model has no classification head to load one into
         narrow["served_heads"] = None
-    return running_limits("vllm", INTEGRATION.version(), base_config=_BASE.get(),
+    return running_limits("vllm", INTEGRATION.version(), base_config=base,
                           max_lora_rank=max_rank, runner="pooling" if heads else None,
                           narrow=narrow)
 
 
+_OFFLINE: dict[tuple[Any, ...], ServingLimits] = {}
+"""The limits of loads outside a worker, by what they are made from (a tool loads many
+adapters against one set of modules and one rank)."""
+
+
+def _offline_limits(expected: Any, mapped: bool, max_rank: int | None) -> ServingLimits:
+    """`_limits` for vLLM's loader called directly: no served model, so no base config and
+    the classification heads allowed; made once per (modules, mapping, rank)."""
+    try:
+        modules = frozenset(expected) if isinstance(expected, Iterable) and not isinstance(
+            expected, str) else expected
+        key = (modules, mapped, max_rank)
+        hash(key)
+    except TypeError:  # unhashable names: nothing to keep
+        return _limits(expected, mapped, max_rank, True, None)
+    limits = _OFFLINE.get(key)
+    if limits is None:
+        if len(_OFFLINE) >= 32:
+            _OFFLINE.clear()
+        limits = _OFFLINE[key] = _limits(expected, mapped, max_rank, True, None)
+    return limits
+
+
 def _check_dir(lora_dir: Any, expected: Any, *, mapped: bool, peft_helper: Any,
-               vocab: Any) -> None:
+               vocab: Any, server: _Server | None = None) -> None:
     subject = f"adapter {os.path.basename(os.path.normpath(lora_dir))!r}"
     spec, violations = local_adapter(lora_dir, subject)
     if spec is not None:
         # weights_mapper: the names on disk are not the served names
-        limits = _limits(expected, mapped, _max_rank(peft_helper), _HEADS.get())
+        if server is not None:  # the worker's own load: its limits, made once
+            limits = server.limits
+        elif (loading := _LOADING.get()) is not None:  # another folder, inside a worker load
+            limits = _limits(expected, mapped, _max_rank(peft_helper), loading.heads,
+                             loading.base)
+        else:  # vLLM's loader called directly (an offline tool)
+            limits = _offline_limits(expected, mapped, _max_rank(peft_helper))
         violations += spec_violations(
             spec, limits, subject=subject, skip=_VLLM_SETTLES,
             vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
@@ -230,13 +287,21 @@ def _packed_names(spec: AdapterSpec, expected: Any, subject: str,
                            served=", ".join(sorted(served)))]
 
 
+def _checked(lora_dir: str | os.PathLike[str]) -> bool:
+    """Whether the worker's load guard checked this folder already (vLLM passes the path it
+    made absolute: the same string, or the same folder by another name)."""
+    checked = _CHECKED.get()
+    return checked is not None and (checked == os.fspath(lora_dir) or os.path.realpath(
+        checked) == os.path.realpath(lora_dir))
+
+
 def _from_local_checkpoint(wrapped: Callable[..., Any], instance: Any,
                            args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     lora_dir = kwargs.get("lora_dir", args[0] if args else None)
     expected = kwargs.get("expected_lora_modules", args[1] if len(args) > 1 else None)
     peft_helper = kwargs.get("peft_helper", args[2] if len(args) > 2 else None)
     if (isinstance(lora_dir, (str, os.PathLike)) and not kwargs.get("tensorizer_config_dict")
-            and _CHECKED.get() != os.path.realpath(lora_dir)):
+            and not _checked(lora_dir)):
         _check_dir(lora_dir, expected, mapped=bool(kwargs.get("weights_mapper")),
                    peft_helper=peft_helper, vocab=kwargs.get("model_vocab_size"))
     return wrapped(*args, **kwargs)
@@ -264,17 +329,37 @@ def slot_violations(manager: Any) -> list[Violation]:
 
 def _activate_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
-    lora_id = kwargs.get("lora_id", args[0] if args else None)
+    lora_id = args[0] if args else kwargs.get("lora_id")
+    try:
+        verified = instance.__dict__[_VERIFIED_TABLE]
+    except (AttributeError, KeyError):
+        verified = None
+    if lora_id is not None and verified is not None and lora_id in verified and \
+            verified == getattr(instance, "lora_index_to_id", None):
+        # the slot table this guard verified last (its ids: the active adapters), unchanged,
+        # holds this adapter: vLLM returns early (already active), nothing new to check.
+        # Every step of a batch whose adapters stay resident.
+        return wrapped(*args, **kwargs)
+    table: Any = getattr(instance, "lora_index_to_id", None)
+    active = getattr(instance, "_active_adapters", None)
     found = slot_violations(instance)
-    table = getattr(instance, "lora_index_to_id", None)
-    active = getattr(instance, "_active_adapters", None) or {}
-    if not found and table is not None and lora_id not in active and None not in table:
+    if not found and table is not None and lora_id not in (active or {}) and None not in table:
         found.append(make_violation("LG201", "exhausted", "vLLM LoRA slots",
-                                    needed=len(active) + 1, slots=len(table)))
+                                    needed=len(active or {}) + 1, slots=len(table)))
     report(found)
     result = wrapped(*args, **kwargs)
-    report(slot_violations(instance))
+    found = slot_violations(instance)
+    report(found)
+    if not found and table is not None:
+        with contextlib.suppress(AttributeError, TypeError):
+            vars(instance)[_VERIFIED_TABLE] = list(table)
     return result
+
+
+_VERIFIED_TABLE = "_lora_guard_verified_slots"
+"""A copy of the manager's ``lora_index_to_id`` as this guard last found it consistent with
+the active adapters, kept on the manager. vLLM changes both together (activation, eviction,
+removal), so a table unchanged since then needs no second look."""
 
 
 INTEGRATION = Integration(
@@ -282,6 +367,7 @@ INTEGRATION = Integration(
     distribution="vllm",
     min_version="0.34.0",
     max_version="0.34.1",
+    on_uninstrument=_OFFLINE.clear,
     patches=(
         Patch("vllm.lora.lora_model", "LoRAModel.from_local_checkpoint",
               ("cls", "lora_dir", "expected_lora_modules", "peft_helper"),
