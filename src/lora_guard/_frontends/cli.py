@@ -205,9 +205,28 @@ def _split_engine_argv(argv: Sequence[str]) -> tuple[list[str], list[str] | None
     return words[:cut], words[cut + 1:]
 
 
+_ENGINE_NAMES = {"max-loras", "config"}
+"""Long options of ``check`` that the engines' serve commands have too (vLLM's --max-loras,
+the engines' --config): after ``--`` they are the engine's."""
+
+
+def _own_options_after_dash(engine_argv: Sequence[str], keys: ConfigKeys) -> None:
+    """A ``check`` option after ``--`` (``-- vllm serve ... --format json``) would be taken
+    as an engine flag and silently do nothing: refuse it, saying where it goes."""
+    own = {*keys.actions, "isolated"} - _ENGINE_NAMES
+    for word in engine_argv:
+        name = word[2:].partition("=")[0] if word.startswith("--") else ""
+        if name in own:
+            raise UsageError(
+                f"{word} after --: that is an option of lora-guard check, not of the engine; "
+                "put it before --, e.g. lora-guard check --format json -- vllm serve ...")
+
+
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser, check, keys = _parser()
     argv, engine_argv = _split_engine_argv(argv)
+    if engine_argv is not None:
+        _own_options_after_dash(engine_argv, keys)
     args = parser.parse_args(argv)
     if args.command == "check":
         args.engine_argv = engine_argv
@@ -317,18 +336,22 @@ def _local_paths(paths: Sequence[str]) -> list[str]:
     return list(out)
 
 
-_GENERIC = ("max_rank", "allowed_ranks", "max_loras", "target_modules", "dtypes", "allow")
+_GENERIC = ("max_rank", "allowed_ranks", "max_loras", "target_modules", "dtypes")
+"""Options an engine's own flags set: with --engine they are refused (give the engine's flag).
+``--allow`` is not one: it adds features to those the engine release serves (a build of the
+engine that implements them), as LG105's fix says."""
 
 
-def _engine_limits(args: argparse.Namespace) -> tuple[Any, list[str]]:
-    """--engine and/or the words after --: the engine's limits and the adapters it names."""
+def _engine_limits(args: argparse.Namespace) -> tuple[Any, list[str], tuple[str, ...]]:
+    """--engine and/or the words after --: the engine's limits, the adapters it names and the
+    checks it leaves out (the base-model check when MODEL's config.json cannot be had)."""
     from lora_guard._checking.engines import (
-        EngineOptionError,
         is_serve_command,
         limits_for_engine,
         parse_serve_command,
         profile,
     )
+    from lora_guard._reading.basemodel import BaseConfigError
 
     tail: list[str] = args.engine_argv or []
     given = [f"--{name.replace('_', '-')}" for name in _GENERIC if getattr(args, name)]
@@ -347,22 +370,21 @@ def _engine_limits(args: argparse.Namespace) -> tuple[Any, list[str]]:
             if args.engine and ran != args.engine.split("==")[0].strip().lower():
                 raise UsageError(f"--engine {args.engine} but the command after -- runs "
                                  f"{command.limits.engine}")
-            return command.limits, [path for _, path in command.adapters]
+            return command.limits, [path for _, path in command.adapters], command.skipped
         if not args.engine:
             raise UsageError(
                 "the words after -- are not a serve command (vllm serve MODEL ... or python -m "
                 "sglang.launch_server ...): give --engine vllm|sglang|peft for engine flags")
-        return limits_for_engine(args.engine, *tail, base_config=args.base_config), []
-    except EngineOptionError as exc:
-        raise UsageError(str(exc)) from None
-    except ValueError as exc:
-        if args.base_config and "base config" in str(exc):
-            raise UsageError(f"--base-config: {exc}") from None
+        return limits_for_engine(args.engine, *tail, base_config=args.base_config), [], ()
+    except BaseConfigError as exc:
+        raise UsageError(f"--base-config: {exc}" if args.base_config else str(exc)) from None
+    except ValueError as exc:  # EngineOptionError, or a limit the engine's flags set wrong
         raise UsageError(str(exc)) from None
 
 
 def _limits(args: argparse.Namespace) -> Any:
     from lora_guard._checking.check_adapters import ServingLimits
+    from lora_guard._reading.basemodel import BaseConfigError
 
     try:
         return ServingLimits(
@@ -370,11 +392,10 @@ def _limits(args: argparse.Namespace) -> Any:
             target_modules=args.target_modules, dtypes=args.dtypes,
             base_config=args.base_config, allow=frozenset(args.allow or ()),
         )
+    except BaseConfigError as exc:
+        raise UsageError(f"--base-config: {exc}") from None
     except ValueError as exc:
-        message = str(exc)
-        if args.base_config and "base config" in message:
-            raise UsageError(f"--base-config: {message}") from None
-        raise UsageError(message.replace("ServingLimits(", "option (").replace("=...)", ")")
+        raise UsageError(str(exc).replace("ServingLimits(", "option (").replace("=...)", ")")
                          ) from None
 
 
@@ -385,8 +406,11 @@ def _run_check(args: argparse.Namespace) -> int:
         raise UsageError("--statistics prints text or json; drop --format "
                          f"{args.format} or --statistics")
     named: list[str] = []
+    skipped: tuple[str, ...] = ()
     if getattr(args, "engine", None) or getattr(args, "engine_argv", None) is not None:
-        limits, named = _engine_limits(args)
+        limits, named, skipped = _engine_limits(args)
+        if args.allow:  # features this build of the engine serves beyond its release's
+            limits = dataclasses.replace(limits, allow=limits.allow | frozenset(args.allow))
     else:
         limits = _limits(args)
     if not args.paths and not named:
@@ -405,7 +429,11 @@ def _run_check(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.close()
     report = _filtered(report, _selector(args.select, args.ignore))
+    if skipped:
+        report = dataclasses.replace(report, skipped=(*report.skipped, *skipped))
     if args.statistics:
+        for note in report.skipped if args.format == "json" else ():  # a list of counts
+            sys.stderr.write(f"lora-guard: {printable(note)}\n")
         out = statistics_json(report) if args.format == "json" else statistics_text(report)
     else:
         out = WRITERS[args.format](report, args)
