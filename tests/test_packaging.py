@@ -263,17 +263,33 @@ def test_no_public_page_names_a_private_module() -> None:
     assert not found, found
 
 
-def test_a_generated_page_tells_a_source_reader_where_its_content_is() -> None:
+def test_the_generated_pages_read_in_full_without_a_site_build() -> None:
+    # a reader browsing the repository sees every code and every public name, not a marker
     from test_docs import hook
 
-    for page in sorted((ROOT / "docs" / "reference").glob("*.md")):
-        text = page.read_text(encoding="utf-8")
-        if not re.search(r"<!-- lora-guard: (invariants|api|modules) -->", text):
-            continue
-        assert hook.SOURCE_NOTE.search(text), f"{page.name}: no note for source readers"
-        built = hook.render_markers(text)
-        assert "Reading the Markdown source?" not in built  # the site shows the content
-        assert "<!-- lora-guard:" not in built
+    import lora_guard as lg
+
+    stale = hook.stale_pages()
+    assert not stale, f"{stale} are out of date: run python docs/hooks/lora_guard_docs.py"
+    invariants = (ROOT / "docs" / "reference" / "invariants.md").read_text(encoding="utf-8")
+    api = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    overview = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    for code, inv in lg.INVARIANTS.items():
+        assert f"## {code} {inv.slug}: " in invariants, code
+        assert f"| [{code}](reference/invariants.md#{code.lower()}) |" in overview, code
+    missing = [name for name in lg.__all__ if f"| `lg.{name}` |" not in api]
+    assert not missing, f"not in docs/reference/api.md: {missing}"
+    for page in hook.GENERATED_PAGES:  # the site shows the full content, no marker left
+        built = hook.render_markers((ROOT / page).read_text(encoding="utf-8"))
+        assert "<!-- lora-guard:" not in built and "<!-- /lora-guard:" not in built
+
+
+def test_the_testing_guide_lists_the_codes_the_plugin_names() -> None:
+    import lora_guard as lg
+
+    guide = (ROOT / "docs" / "guides" / "testing.md").read_text(encoding="utf-8")
+    listed = re.search(r"valid codes: (.*?) \(`lora-guard codes`", guide)
+    assert listed and listed.group(1).split(", ") == list(lg.INVARIANTS)
 
 
 def test_no_public_docstring_names_a_private_module() -> None:
@@ -297,8 +313,10 @@ def test_no_public_docstring_names_a_private_module() -> None:
     found = []
     for where, obj in objects:
         docs = [inspect.getdoc(obj) or ""]
-        if inspect.isclass(obj):
-            docs += [inspect.getdoc(m) or "" for n, m in vars(obj).items()
-                     if not n.startswith("_") and callable(m)]
+        if inspect.isclass(obj):  # methods, class and static methods, properties
+            members = [m.__func__ if isinstance(m, (classmethod, staticmethod)) else m
+                       for n, m in vars(obj).items() if not n.startswith("_")]
+            docs += [inspect.getdoc(m) or "" for m in members
+                     if callable(m) or isinstance(m, property)]
         found += [f"{where}: {m.group(0)}" for doc in docs for m in private.finditer(doc)]
     assert not found, found
