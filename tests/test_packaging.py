@@ -265,9 +265,8 @@ def test_no_public_page_names_a_private_module() -> None:
 
 def test_the_generated_pages_read_in_full_without_a_site_build() -> None:
     # a reader browsing the repository sees every code and every public name, not a marker
-    from test_docs import hook
-
     import lora_guard as lg
+    from test_docs import hook
 
     stale = hook.stale_pages()
     assert not stale, f"{stale} are out of date: run python docs/hooks/lora_guard_docs.py"

@@ -510,7 +510,7 @@ def _doctor(output: str) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "check": lambda args: _run_check(args),
+    "check": _run_check,
     "explain": lambda args: _explain(args.code, markdown=args.markdown),
     "codes": lambda args: _codes(args.format),
     "doctor": lambda args: _doctor(args.format),
