@@ -74,7 +74,7 @@ def hub_base_config(model: str, *, revision: str | None = None) -> HubConfig:
                                                          revision=revision)
     if isinstance(found, str):
         return HubConfig(found)
-    where = cache or "the default Hugging Face cache"
+    where = cache or str(huggingface_hub.constants.HF_HUB_CACHE)
     if _offline():
         return HubConfig(None, f"{why}config.json of Hub model {model!r} is not in the local "
                          f"cache ({where}) and HF_HUB_OFFLINE is set{fix}, or download it "
