@@ -92,6 +92,11 @@ def test_the_runner_stops_at_the_first_failing_step_with_its_status(
             return status
         return run
 
+    class NoBuild(ci.EngineBuild):  # the engine environment is not this test's subject
+        def start(self) -> None:
+            ran.append("engine build started")
+
+    monkeypatch.setattr(ci, "EngineBuild", NoBuild)
     monkeypatch.setattr(ci, "STEPS", {"setup": step("setup", 0), "lint": step("lint", 0),
                                       "suite": step("suite", 5), "engines": step("engines", 0)})
     venv = tmp_path / "venv"
@@ -100,7 +105,7 @@ def test_the_runner_stops_at_the_first_failing_step_with_its_status(
     monkeypatch.setattr(ci, "venv_dir", lambda: venv)
     assert ci.main([]) == 5  # pytest's "no tests collected" fails the run
     out = capsys.readouterr().out
-    assert ran == ["setup", "lint", "suite"]
+    assert ran == ["setup", "engine build started", "lint", "suite"]
     assert "exit 5: no tests collected" in out and "not run (an earlier step failed): engines" \
         in out
     ran.clear()
