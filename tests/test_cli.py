@@ -119,6 +119,31 @@ def test_an_invalid_base_config_is_a_usage_error(
     code, _, err = run(capsys, "check", str(tmp_path), "--base-config",
                        str(tmp_path / "config.json"))
     assert code == 2 and "is not valid JSON" in err
+    assert err.startswith("lora-guard: error: --base-config: base config ")
+
+
+@pytest.mark.parametrize("name", [
+    "evil\x1b]0;pwned\x07\x1b[2J",  # an OSC title and a clear-screen sequence
+    "re\u202egnp.safe",  # a right-to-left override: the name reads as another
+    "two\nlines",  # a newline: a forged line in the report
+])
+def test_names_with_terminal_control_characters_are_printed_escaped(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    # an adapter folder named by whoever uploaded it (a folder, an S3 key, a Hub path)
+    write_adapter(tmp_path / name, rank=64)
+    for argv in ([], ["--quiet"], ["--statistics"], ["--format", "github"]):
+        code, out, err = run(capsys, "check", str(tmp_path / name), "--max-rank", "16", *argv)
+        assert code == 1, err
+        for raw in ("\x1b", "\x07", "\u202e"):
+            assert raw not in out, (argv, out)
+        assert "two\nlines" not in out, argv
+    code, out, _ = run(capsys, "check", str(tmp_path / name), "--max-rank", "16")
+    heading = next(line for line in out.splitlines() if line.startswith(str(tmp_path)) and
+                   "RANK" not in line and "  " not in line)  # the heading of its violations
+    assert heading == str(tmp_path) + "/" + name.encode("unicode_escape").decode()
+    code, _, err = run(capsys, "check", str(tmp_path / (name + "-gone")))
+    assert code == 2 and "\x1b" not in err and "\u202e" not in err
 
 
 def test_a_missing_path_is_a_usage_error_exit_2(

@@ -12,7 +12,8 @@ from importlib import resources
 import pytest
 
 import lora_guard as lg
-from lora_guard._frontends.cli import _Progress, main, render_markdown
+from lora_guard._frontends._output_text import render_markdown
+from lora_guard._frontends.cli import _Progress, main
 from lora_guard.testing import write_adapter
 
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -240,7 +241,7 @@ def test_github_format_annotates_the_adapter_files(
 
 
 def test_github_escapes_what_would_end_a_command() -> None:
-    from lora_guard._frontends.cli import _github_escape
+    from lora_guard._frontends._output_github import github_escape as _github_escape
 
     assert _github_escape("a%b\nc:d,e") == "a%25b%0Ac:d,e"
     assert _github_escape("a:b,c", prop=True) == "a%3Ab%2Cc"
@@ -307,7 +308,9 @@ def test_codes_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "codes", "--format", "json")
     data = json.loads(out)
     assert code == 0 and [c["code"] for c in data] == list(lg.INVARIANTS)
-    assert data[0] == {"code": "LG001", "slug": "pool-shape-drift",
+    # severity: what a violation of the code does (every built-in code fails the check)
+    assert {c["severity"] for c in data} == {"error"}
+    assert data[0] == {"code": "LG001", "severity": "error", "slug": "pool-shape-drift",
                        "title": lg.INVARIANTS["LG001"].title,
                        "summary": lg.INVARIANTS["LG001"].summary,
                        "error": "PoolShapeDriftError",

@@ -62,6 +62,7 @@ _FENCE = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 _SKIP = "<!-- docs-test: skip -->"
+_GENERATED = re.compile(r"<!-- lora-guard: (\w+) -->.*?<!-- /lora-guard: \1 -->", re.DOTALL)
 _PYTHON = {"python", "py", "pycon", "python3"}
 
 
@@ -82,12 +83,15 @@ class Block:
 def python_blocks(path: Path) -> list[Block]:
     """The Python blocks of a Markdown page, in order."""
     text = path.read_text(encoding="utf-8")
+    # generated parts (the catalogue's before/after fragments) are the docs hook's: not run
+    generated = [m.span() for m in _GENERATED.finditer(text)]
     blocks = []
     for match in _FENCE.finditer(text):
         if match["lang"].lower() not in _PYTHON:
             continue
         before = text[: match.start()].rstrip().splitlines()
-        skipped = bool(before) and before[-1].strip() == _SKIP
+        skipped = (bool(before) and before[-1].strip() == _SKIP) or any(
+            start <= match.start() < end for start, end in generated)
         body = textwrap.dedent(
             "\n".join(
                 line[len(match["indent"]):] if line.startswith(match["indent"]) else line

@@ -512,7 +512,11 @@ def test_a_pasted_vllm_serve_command_from_its_docs(
 
 
 def test_a_pasted_sglang_launch_server_command_from_its_docs(
-        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str],
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # its MODEL is a Hub id: offline with an empty cache, the base check says it was skipped
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     # sglang's LoRA docs: python3 -m sglang.launch_server --model-path
     #     meta-llama/Meta-Llama-3.1-8B-Instruct --enable-lora --lora-paths
     #     lora0=algoprog/fact-checking-lora lora1=Nutanix/... --max-loras-per-batch 2
@@ -526,6 +530,36 @@ def test_a_pasted_sglang_launch_server_command_from_its_docs(
     assert code == 1 and "LG111" in out and "rank-pattern-k4" in out and "plain\n" not in out
     code, _, err = run(capsys, "--", *command, "--max-loaded-loras", "1")
     assert code == 2 and "--max-loaded-loras (1) must be >= --max-loras-per-batch (2)" in err
+
+
+def test_lora_guard_options_after_the_serve_command_are_refused_not_ignored(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    # pasted, then --format json appended at the end: it would be read as a vLLM flag
+    command = ["vllm", "serve", str(made["base"]), "--enable-lora",
+               "--lora-modules", f"a={made['plain']}"]
+    for extra in (["--format", "json"], ["--format=json"], ["--quiet"], ["--select", "LG1"]):
+        code, out, err = run(capsys, "--", *command, *extra)
+        assert code == 2 and out == "", extra
+        assert f"{extra[0]} after --: that is an option of lora-guard check" in err, err
+    code, out, _ = run(capsys, "--format", "json", "--", *command)  # where it goes
+    assert code == 0 and json.loads(out)["ok"] is True
+    # vLLM's own --max-loras (an option of check too) is the engine's after --
+    code, out, _ = run(capsys, "--format", "json", "--", *command, "--max-loras", "2")
+    assert code == 0 and json.loads(out)["limits"]["engine_options"]["max_loras"] == 2
+
+
+def test_the_fix_for_an_unsupported_feature_works_with_an_engine(
+        made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
+    # LG105's fix says `lora-guard check --allow dora`: with --engine it must be accepted
+    code, out, _ = run(capsys, str(made["dora"]), "--engine", "vllm")
+    assert code == 1 and "LG105" in out and "--allow dora" in out
+    code, out, err = run(capsys, str(made["dora"]), "--engine", "vllm", "--allow", "dora",
+                         "--format", "json")
+    assert code == 0, err
+    assert "dora" in json.loads(out)["limits"]["allow"]
+    # it widens the engine's features by the one named, nothing else
+    code, out, _ = run(capsys, str(made["lora-bias"]), "--engine", "vllm", "--allow", "dora")
+    assert code == 1 and "LG105" in out
 
 
 def test_engine_flags_need_an_engine_and_generic_options_do_not_mix(

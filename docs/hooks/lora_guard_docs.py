@@ -1,6 +1,11 @@
-"""MkDocs hook: pages generated from the package itself at build time.
+"""MkDocs hook: pages generated from the package itself, in the repository and at build time.
 
-Two markers are replaced in a page's Markdown before it is rendered:
+Each generated part of a page sits between an opening and a closing marker
+(``<!-- lora-guard: NAME -->`` ... ``<!-- /lora-guard: NAME -->``). In the repository the part
+holds plain Markdown that reads without a site build (the invariants' full text, the table of
+codes, a table of every public name and submodule); ``python docs/hooks/lora_guard_docs.py``
+rewrites it (``tests/test_docs.py`` fails, naming that command, when a page is out of date).
+At build time the part is rendered again, the API and modules parts as mkdocstrings blocks:
 
 - ``<!-- lora-guard: invariants -->`` becomes one section per code of ``lora_guard.INVARIANTS``,
   each the text of ``Invariant.explain()`` (what ``lora-guard explain CODE`` prints), under a
@@ -11,6 +16,8 @@ Two markers are replaced in a page's Markdown before it is rendered:
   under "More", so a new public name can never be missing from the reference.
 - ``<!-- lora-guard: modules -->`` becomes a block per public submodule that exists
   (``lora_guard.testing``, ``lora_guard.strategies``, the integrations).
+- ``<!-- lora-guard: codes -->`` becomes the overview's table of every code: its title and
+  what reports it (``Invariant.raised_by``).
 
 ``tests/test_docs.py`` imports this module to check the rendered text.
 """
@@ -27,13 +34,14 @@ from typing import Any
 
 _SRC = Path(__file__).resolve().parents[2] / "src"
 
+_ROOT = Path(__file__).resolve().parents[2]
 INVARIANTS_MARKER = "<!-- lora-guard: invariants -->"
-# A note for readers of the Markdown source (e.g. on GitHub), where the generated parts are
-# absent; the site build removes it, since there the generated parts are present.
-SOURCE_NOTE = re.compile(
-    r"<!-- lora-guard: source-note -->\n.*?<!-- /lora-guard: source-note -->\n?", re.DOTALL)
 API_MARKER = "<!-- lora-guard: api -->"
 MODULES_MARKER = "<!-- lora-guard: modules -->"
+CODES_MARKER = "<!-- lora-guard: codes -->"
+GENERATED_PAGES = ("docs/index.md", "docs/reference/invariants.md", "docs/reference/api.md",
+                   "docs/reference/modules.md")
+"""The pages whose generated parts are kept in the repository."""
 
 # Topic -> (introduction, names). Names not (yet) in lora_guard.__all__ are skipped; names in
 # __all__ that no topic lists go under "More".
@@ -176,6 +184,60 @@ def api_names() -> list[tuple[str, str, list[str]]]:
     return groups
 
 
+def _first_line(obj: Any) -> str:
+    import inspect
+
+    doc = inspect.getdoc(obj) or ""
+    first = doc.split("\n\n")[0].replace("\n", " ").strip()
+    return first.replace("|", "\\|")
+
+
+def _kind(obj: Any) -> str:
+    import inspect
+
+    if inspect.isclass(obj):
+        return "exception" if issubclass(obj, BaseException) else "class"
+    if inspect.isfunction(obj) or inspect.isbuiltin(obj):
+        return "function"
+    return "function" if callable(obj) else "constant"
+
+
+def render_api_source() -> str:
+    """The API reference as it reads in the repository: per topic, a table of its names."""
+    lg = _lora_guard()
+    parts = []
+    for title, intro, names in api_names():
+        rows = ["| name | kind | what it does |", "|---|---|---|"]
+        rows += [f"| `lg.{n}` | {_kind(getattr(lg, n))} | {_first_line(getattr(lg, n))} |"
+                 for n in names]
+        parts.append(f"## {title}\n\n{intro}\n\n" + "\n".join(rows))
+    return "\n\n".join(parts) + "\n"
+
+
+def render_modules_source() -> str:
+    """The modules reference as it reads in the repository: each module's first paragraph."""
+    parts = []
+    for name in public_modules():
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # an optional dependency is missing: named, not described
+            parts.append(f"## `{name}`")
+            continue
+        parts.append(f"## `{name}`\n\n{_first_line(module)}")
+    return "\n\n".join(parts) + "\n" if parts else "No public submodules yet.\n"
+
+
+def render_codes() -> str:
+    """The overview's table: every code, what goes wrong, and what reports it."""
+    lg = _lora_guard()
+    rows = ["| code | what goes wrong | reported by |", "|---|---|---|"]
+    for inv in lg.INVARIANTS.values():
+        by = ", ".join(f"`{r}`" for r in inv.raised_by) or "-"
+        rows.append(f"| [{inv.code}](reference/invariants.md#{inv.code.lower()}) | "
+                    f"{inv.title} | {by} |")
+    return "\n".join(rows) + "\n"
+
+
 def render_api() -> str:
     """A mkdocstrings block per public name, grouped by topic."""
     parts = []
@@ -209,16 +271,48 @@ def render_modules() -> str:
     ) + "\n"
 
 
+def _fill(markdown: str, marker: str, text: str, *, keep_markers: bool) -> str:
+    """``marker``'s part of ``markdown`` (up to its closing marker, or the bare marker) as
+    ``text``: between the markers for the repository, without them for the site."""
+    close = marker.replace("<!-- ", "<!-- /", 1)
+    part = re.compile(re.escape(marker) + r"(?:.*?" + re.escape(close) + r")?", re.DOTALL)
+    body = f"{marker}\n{text}{close}" if keep_markers else text
+    return part.sub(lambda _: body, markdown, count=1)
+
+
 def render_markers(markdown: str) -> str:
-    """Replace every marker this hook knows in one page's Markdown."""
-    markdown = SOURCE_NOTE.sub("", markdown)
-    if INVARIANTS_MARKER in markdown:
-        markdown = markdown.replace(INVARIANTS_MARKER, render_invariants())
-    if API_MARKER in markdown:
-        markdown = markdown.replace(API_MARKER, render_api())
-    if MODULES_MARKER in markdown:
-        markdown = markdown.replace(MODULES_MARKER, render_modules())
+    """Every generated part of one page as the site shows it."""
+    for marker, render in ((INVARIANTS_MARKER, render_invariants), (API_MARKER, render_api),
+                           (MODULES_MARKER, render_modules), (CODES_MARKER, render_codes)):
+        if marker in markdown:
+            markdown = _fill(markdown, marker, render(), keep_markers=False)
     return markdown
+
+
+def render_source(markdown: str) -> str:
+    """Every generated part of one page as the repository keeps it (reads without a build)."""
+    for marker, render in ((INVARIANTS_MARKER, render_invariants),
+                           (API_MARKER, render_api_source),
+                           (MODULES_MARKER, render_modules_source),
+                           (CODES_MARKER, render_codes)):
+        if marker in markdown:
+            markdown = _fill(markdown, marker, render(), keep_markers=True)
+    return markdown
+
+
+def stale_pages() -> list[str]:
+    """The generated pages whose text in the repository is not what the package gives."""
+    return [page for page in GENERATED_PAGES
+            if (text := (_ROOT / page).read_text(encoding="utf-8")) != render_source(text)]
+
+
+def write_pages() -> list[str]:
+    """Rewrite the generated parts of the pages in the repository; the pages changed."""
+    changed = stale_pages()
+    for page in changed:
+        path = _ROOT / page
+        path.write_text(render_source(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return changed
 
 
 def on_config(config: Any, **kwargs: Any) -> Any:
@@ -237,3 +331,8 @@ def on_config(config: Any, **kwargs: Any) -> Any:
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
     """MkDocs event: render the markers of the page being built."""
     return render_markers(markdown)
+
+
+if __name__ == "__main__":  # python docs/hooks/lora_guard_docs.py: refresh the pages
+    for changed in write_pages():
+        print(f"rewrote {changed}")

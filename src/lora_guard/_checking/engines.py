@@ -608,6 +608,9 @@ class ServeCommand:
     """(name, path) of each adapter the command serves."""
     model: str | None
     """MODEL (vLLM) / --model-path (sglang), as given."""
+    skipped: tuple[str, ...] = ()
+    """Checks that cannot run, each with why: the base-model check when MODEL's config.json
+    could not be had (a Hub model not in the cache while offline, a folder without one)."""
 
 
 def _engine_of(argv: Sequence[str]) -> tuple[str, list[str]] | None:
@@ -636,15 +639,23 @@ def is_serve_command(argv: Sequence[str]) -> bool:
 def parse_serve_command(argv: Sequence[str], *, version: str | None = None,
                         base_config: Any = None) -> ServeCommand:
     """Engine, limits, adapters and model of ``vllm serve ...`` / ``python -m
-    sglang.launch_server ...``; when MODEL is a local folder with a config.json (and no
-    ``base_config`` is given), it is the base config.
+    sglang.launch_server ...``; unless ``base_config`` is given, MODEL's config.json is the
+    base config: from MODEL's folder, or for a Hub model id through huggingface_hub (the local
+    cache first; only the cache with ``HF_HUB_OFFLINE``; never weights). Where it cannot be
+    had, ``skipped`` says the base-model check was skipped and why.
 
     Example:
+        >>> import os, tempfile
         >>> from lora_guard._checking.engines import parse_serve_command
+        >>> os.environ["HF_HUB_OFFLINE"], os.environ["HF_HUB_CACHE"] = "1", tempfile.mkdtemp()
         >>> cmd = parse_serve_command(["vllm", "serve", "meta-llama/Llama-3.1-8B",
         ...     "--enable-lora", "--lora-modules", "sql=/a/sql", "--max-lora-rank", "64"])
         >>> cmd.limits.engine, cmd.limits.max_rank, cmd.adapters
         ('vllm==0.34.0', 64, (('sql', '/a/sql'),))
+        >>> print(cmd.skipped[0])  # offline, and not in the (empty) cache  # doctest: +ELLIPSIS
+        the base-model check was skipped: config.json of Hub model 'meta-llama/...' is not in
+        the local cache (...) and HF_HUB_OFFLINE is set; ...
+        >>> del os.environ["HF_HUB_OFFLINE"], os.environ["HF_HUB_CACHE"]
     """
     found = _engine_of(argv)
     if found is None:
@@ -661,8 +672,9 @@ def parse_serve_command(argv: Sequence[str], *, version: str | None = None,
         model = _option(rest, "--model-path") or _option(rest, "--model")
     key = "lora_modules" if engine == "vllm" else "lora_paths"
     adapters = tuple(options.get(key) or ())
-    if base_config is None and model and (pathlib.Path(model) / "config.json").is_file():
-        base_config = str(pathlib.Path(model) / "config.json")
+    skipped: tuple[str, ...] = ()
+    if base_config is None and model:
+        base_config, skipped = _model_config(model, _option(rest, "--revision"))
     limits = limits_for_engine(release.label, *rest, base_config=base_config)
     if engine == "sglang" and not adapters and not (
             limits.engine_options.get("max_lora_rank")
@@ -670,7 +682,23 @@ def parse_serve_command(argv: Sequence[str], *, version: str | None = None,
         raise EngineOptionError(
             "sglang without --lora-paths needs --max-lora-rank and --lora-target-modules "
             "(it refuses to start)")
-    return ServeCommand(limits=limits, adapters=adapters, model=model)
+    return ServeCommand(limits=limits, adapters=adapters, model=model, skipped=skipped)
+
+
+def _model_config(model: str, revision: str | None) -> tuple[str | None, tuple[str, ...]]:
+    """MODEL's config.json (a local folder's, or a Hub model's), or why the base-model check
+    is skipped."""
+    from lora_guard._reading.hub_config import hub_base_config, looks_like_hub_id
+
+    folder = pathlib.Path(model)
+    if (folder / "config.json").is_file():
+        return str(folder / "config.json"), ()
+    if looks_like_hub_id(model):
+        found = hub_base_config(model, revision=revision)
+        return found.path, (() if found.skipped is None else (found.skipped,))
+    why = "has no config.json" if folder.is_dir() else "is neither a local folder nor a Hub id"
+    return None, (f"the base-model check was skipped: MODEL {model!r} {why}; pass "
+                  "--base-config with the base model's config.json",)
 
 
 def _option(words: Sequence[str], name: str) -> str | None:

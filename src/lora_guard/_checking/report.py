@@ -53,6 +53,10 @@ class Report:
     """Adapter id -> its violations (``"*"`` for the set's)."""
     limits: ServingLimits | None = None
     """The limits checked against."""
+    skipped: tuple[str, ...] = ()
+    """Checks that were not run, each with why (e.g. the base-model check when a serve
+    command names a Hub model whose config.json could not be had); in `to_dict` as
+    ``skipped`` when any."""
 
     @property
     def ok(self) -> bool:
@@ -114,7 +118,7 @@ class Report:
             },
             "adapters": adapters,
             "set_violations": [v.to_dict() for v in self.by_adapter.get(SET, ())],
-        }
+        } | ({"skipped": list(self.skipped)} if self.skipped else {})
 
 
 _ADAPTERS_HOLE = "\x00adapters\x00"  # where `Report.to_json` puts the adapters' text

@@ -62,6 +62,9 @@ class Invariant:
     """For a message variant whose best fix is not the first: variant -> index in `fixes`."""
     docs: str = field(default="")
     """Anchor of its section in the invariants reference."""
+    severity: str = "error"
+    """``error``: a violation fails ``lora-guard check`` (exit 1) and raises in ``raise``
+    mode. Every built-in code is an error (SARIF's ``level`` and ``lora-guard codes`` show it)."""
 
     @property
     def hint(self) -> str:

@@ -12,11 +12,16 @@ from typing import Any
 
 from lora_guard._reading.safetensors import OPEN_FLAGS, json_value_bound
 
-__all__ = ["BaseModelDims", "load_base_config"]
+__all__ = ["BaseConfigError", "BaseModelDims", "load_base_config"]
 
 MAX_BASE_CONFIG_BYTES = 10_000_000
 MAX_BASE_CONFIG_VALUES = 200_000
 """Most JSON values a base config.json may hold (a real one has a few hundred)."""
+
+
+class BaseConfigError(ValueError):
+    """The base model's config.json cannot be used: unreadable, not JSON, too large, or
+    without a hidden size. The message says which file and why."""
 
 
 def _int(config: Mapping[str, Any], *names: str) -> int | None:
@@ -72,7 +77,7 @@ class BaseModelDims:
     def from_config(cls, config: Mapping[str, Any], source: str = "config.json") -> BaseModelDims:
         """Dims from a config dict; raises ValueError when it has no hidden size."""
         if not isinstance(config, Mapping):
-            raise ValueError(f"base config {source} is not a JSON object")
+            raise BaseConfigError(f"base config {source} is not a JSON object")
         towers = frozenset(
             tower for tower, keys in _TOWER_CONFIGS.items()
             if any(isinstance(config.get(k), Mapping) for k in keys))
@@ -84,7 +89,7 @@ class BaseModelDims:
         architectures = config.get("architectures")
         hidden = _int(config, "hidden_size", "n_embd", "d_model", "dim")
         if hidden is None:
-            raise ValueError(
+            raise BaseConfigError(
                 f"base config {source} has no hidden_size (or n_embd/d_model); pass the base "
                 "model's Hugging Face config.json"
             )
@@ -209,18 +214,18 @@ def load_base_config(source: str | os.PathLike[str] | Mapping[str, Any]) -> Base
         fd = os.open(path, OPEN_FLAGS)  # never blocks: a FIFO is refused below, not waited on
     except (OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ValueError(
+        raise BaseConfigError(
             f"cannot read base config {str(path)[:200]!r}: {reason}; pass the base "
             "model's config.json"
         ) from None
     raw = _read_base(fd, path)
     if json_value_bound(raw) > MAX_BASE_CONFIG_VALUES:
-        raise ValueError(f"base config {str(path)!r} holds more than "
+        raise BaseConfigError(f"base config {str(path)!r} holds more than "
                          f"{MAX_BASE_CONFIG_VALUES:,} JSON values (memory bound)")
     try:
         config = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ValueError(f"base config {str(path)!r} is not valid JSON "
+        raise BaseConfigError(f"base config {str(path)!r} is not valid JSON "
                          f"({str(exc)[:200]})") from None
     return BaseModelDims.from_config(config, str(path))
 
@@ -230,19 +235,20 @@ def _read_base(fd: int, path: pathlib.Path) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"base config {str(path)[:200]!r} is not a regular file; pass "
+            raise BaseConfigError(f"base config {str(path)[:200]!r} is not a regular file; pass "
                              "the base model's config.json")
         if info.st_size > MAX_BASE_CONFIG_BYTES:
-            raise ValueError(
+            raise BaseConfigError(
                 f"base config {str(path)!r} is larger than {MAX_BASE_CONFIG_BYTES} bytes")
         raw = b"".join(iter(lambda: os.read(fd, 1 << 20), b""))[: MAX_BASE_CONFIG_BYTES + 1]
     except OSError as exc:
-        raise ValueError(f"cannot read base config {str(path)[:200]!r}: "
+        raise BaseConfigError(f"cannot read base config {str(path)[:200]!r}: "
                          f"{exc.strerror or exc}") from None
     finally:
         os.close(fd)
     if len(raw) > MAX_BASE_CONFIG_BYTES:
-        raise ValueError(f"base config {str(path)!r} is larger than {MAX_BASE_CONFIG_BYTES} bytes")
+        raise BaseConfigError(
+            f"base config {str(path)!r} is larger than {MAX_BASE_CONFIG_BYTES} bytes")
     return raw
 
 
