@@ -49,7 +49,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
                 "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
-                "target-modules-list", "plain-embeddings-refused")
+                "target-modules-list", "plain-embeddings-refused", "one-scaling-rslora")
 _RERUN_INITS = ("pissa", "olora")  # deterministic: PEFT's loading rewrites the base again
 """Version of `Report.to_dict`'s JSON schema; bumped only on an incompatible change."""
 
@@ -195,7 +195,8 @@ class ServingLimits:
     ``--max-loaded-loras``): more adapters than that in the set is LG110."""
     engine_rules: Collection[str] = frozenset()
     """The engine's own rules, by name: ``packed-slices`` (a packed module and its parts
-    match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112),
+    match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112), ``one-scaling-rslora`` (the same, the
+    one scaling rsLoRA-aware: vLLM before 0.32),
     ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's),
     ``cast`` (every weight is cast to the engine's dtype: mixed dtypes serve, LG106 only for
     ``dtypes`` given), ``init-rerun`` (PEFT: loading a PiSSA/OLoRA adapter redoes its
@@ -939,8 +940,9 @@ def _engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
                                     engine=engine))
     if "packed-ranks-uniform" in rules:
         found.extend(_packed_ranks(subject, spec.modules, engine, memo))
-    if "one-scaling" in rules:
-        found.extend(_one_scaling(subject, spec.config, spec.modules, engine))
+    if "one-scaling" in rules or "one-scaling-rslora" in rules:
+        found.extend(_one_scaling(subject, spec.config, spec.modules, engine,
+                                  rslora_aware="one-scaling-rslora" in rules))
     if "plain-embeddings-refused" in rules:
         found.extend(_plain_embeddings(subject, spec, engine))
 
@@ -978,9 +980,11 @@ def _packed_ranks(subject: str, modules: Mapping[str, LoRAModuleSpec], engine: s
 
 
 def _one_scaling(subject: str, config: Mapping[str, Any],
-                 modules: Mapping[str, LoRAModuleSpec], engine: str) -> list[Violation]:
+                 modules: Mapping[str, LoRAModuleSpec], engine: str, *,
+                 rslora_aware: bool = False) -> list[Violation]:
     """LG112: a module (with a rank) whose own rank or alpha gives another scaling than the
-    one the engine applies to every module (``lora_alpha / r``)."""
+    one the engine applies to every module (``lora_alpha / r``; ``lora_alpha / sqrt(r)`` for
+    rsLoRA where the engine reads ``use_rslora``, ``rslora_aware``)."""
     try:
         r, alpha = int(config["r"]), float(config.get("lora_alpha", 8))
     except (KeyError, TypeError, ValueError):
@@ -988,7 +992,7 @@ def _one_scaling(subject: str, config: Mapping[str, Any],
     if r <= 0:
         return []
     rslora = bool(config.get("use_rslora"))
-    served = alpha / r
+    served = _scaling(alpha, r, rslora and rslora_aware)
     ranks = config.get("rank_pattern") or {}
     alphas = config.get("alpha_pattern") or {}
     if ranks or alphas:

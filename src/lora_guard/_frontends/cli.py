@@ -435,6 +435,8 @@ def _text_report(report: Report, *, quiet: bool = False, style: _Style | None = 
     lines = _table(rows, right={1, 5})
     failed = sum(1 for i in report.ids if report.by_adapter.get(i))
     lines.append("")
+    if report.limits is not None and report.limits.engine:
+        lines.append(f"checked for {report.limits.engine}")
     count = len(report.ids)
     lines.append(
         f"{count} adapter{'s' * (count != 1)} checked: "
@@ -522,6 +524,8 @@ def _github_report(report: Report) -> str:
             props.append(f"title={v.code}")
             body = f"{v.invariant}: {v.message} Fix: {v.hint}"
             lines.append(f"::error {','.join(props)}::{_github_escape(body)}")
+    if lines and report.limits is not None and report.limits.engine:
+        lines.insert(0, f"::notice title=lora-guard::checked for {report.limits.engine}")
     return "\n".join(lines) + "\n" if lines else ""
 
 
@@ -588,6 +592,8 @@ def sarif_log(report: Report) -> dict[str, Any]:
                 "rules": rules,
             }},
             "results": results,
+            **({"properties": {"engine": report.limits.engine}}
+               if report.limits is not None and report.limits.engine else {}),
         }],
     }
 
