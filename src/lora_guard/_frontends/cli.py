@@ -177,8 +177,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     codes.add_argument("--format", choices=("text", "json"), default="text",
                        help="text (a table) or json (code, slug, title, summary, url)")
     doctor = commands.add_parser(
-        "doctor", help="for each installed engine: version, supported?, each hook attached",
-        description="For each installed engine (vLLM, sglang): its version, whether lora_guard "
+        "doctor", help="for each installed engine (vLLM, sglang, PEFT): release, supported?, "
+                       "each hook attached",
+        description="For each installed engine (vLLM, sglang, PEFT): its version, whether lora_guard "
                     "supports it (the versions its engine tier tests), and each hook attached "
                     "or missing. Exit 1 when a supported engine misses a hook.")
     doctor.add_argument("--format", choices=("text", "json"), default="text",
@@ -858,38 +859,6 @@ def _codes(fmt: str) -> int:
     return 0
 
 
-DOCTOR_ENGINES = ("vllm", "sglang")
-
-
-def _doctor(output: str) -> int:
-    """``lora-guard doctor``: each installed engine's hooks, attached or missing."""
-    from lora_guard.integrations import get
-
-    reports = {name: get(name).diagnose() for name in DOCTOR_ENGINES}  # type: ignore[attr-defined]
-    failing = [name for name, r in reports.items()
-               if r is not None and r.supported and (r.missing or r.pending)]
-    if output == "json":
-        data = {name: (None if r is None else r.as_dict()) for name, r in reports.items()}
-        sys.stdout.write(json.dumps({"engines": data, "ok": not failing}, indent=2) + "\n")
-        return 1 if failing else 0
-    lines: list[str] = []
-    for name, r in reports.items():
-        if r is None:
-            lines.append(f"{name}: not installed")
-            continue
-        state = "supported" if r.supported else "NOT supported (hooks attach only where the " \
-            "signatures match)"
-        lines.append(f"{name} {r.version}: {state}; tested: {name} {r.supported_range}")
-        lines += [f"  attached  {hook}" for hook in r.attached]
-        lines += [f"  MISSING   {hook}: {why}" for hook, why in r.missing.items()]
-        lines += [f"  pending   {module} (not imported)" for module in r.pending]
-    if failing:
-        lines.append(f"lora-guard doctor: {', '.join(failing)} supported but missing hooks: "
-                     "lora_guard does not guard those paths; report it with this output.")
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 1 if failing else 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``lora-guard``; returns the exit status (0 pass, 1 violations, 2 usage error).
 
@@ -908,7 +877,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "explain":
             return _explain(args.code, markdown=args.markdown)
         if args.command == "doctor":
-            return _doctor(args.format)
+            from lora_guard._frontends.doctor import run
+
+            return run(args.format)
         return _codes(args.format)
     except UsageError as exc:
         sys.stderr.write(f"lora-guard: error: {exc}\n")
