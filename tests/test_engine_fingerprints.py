@@ -8,6 +8,7 @@ import importlib.util
 import json
 import pathlib
 import sys
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ STORE = ROOT / "tests" / "engines" / "fingerprints"
 RELEASES = [(engine, v) for engine in ("vllm", "sglang") for v in SPECS[engine].releases]
 
 
-def _load_tool():  # type: ignore[no-untyped-def]
+def _load_tool() -> Any:
     spec = importlib.util.spec_from_file_location("fingerprints", ROOT / "tools" /
                                                   "fingerprints.py")
     assert spec is not None and spec.loader is not None

@@ -188,9 +188,11 @@ def test_a_classification_head_serves_on_a_pooling_model_from_vllm_0_31(
 def test_every_rule_and_flag_is_bounded_by_supported_releases() -> None:
     for spec in SPECS.values():
         known = set(spec.releases)
-        for item in (*spec.rules, *spec.flags):
-            for bound in (item.since, item.until):
-                assert bound is None or bound in known, (spec.name, item)
+        bounds = [(r.since, r.until) for r in spec.rules] + [(f.since, f.until)
+                                                             for f in spec.flags]
+        for since, until in bounds:
+            assert since is None or since in known, (spec.name, since)
+            assert until is None or until in known, (spec.name, until)
         for version in spec.releases:
             assert spec.at(version).rules, (spec.name, version)
 

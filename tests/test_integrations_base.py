@@ -304,10 +304,9 @@ def test_no_test_depends_on_a_replica() -> None:
                     reason="the engine tier checks doctor where the engines are installed")
 def test_doctor_without_the_engines_says_so_and_passes(
         capsys: pytest.CaptureFixture[str]) -> None:
-    from lora_guard._frontends.cli import main
-
     import peft
 
+    from lora_guard._frontends.cli import main
     from lora_guard.integrations import peft as peft_guard
 
     assert main(["doctor"]) == 0

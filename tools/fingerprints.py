@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import pathlib
@@ -64,8 +65,6 @@ def wheel_reader(wheel: pathlib.Path) -> tuple[str, str, Reader]:
 
 def installed_reader(engine: str) -> tuple[str, str, Reader]:
     """The installed release of ``engine``, read from its files (not imported)."""
-    import importlib.metadata
-
     spec = importlib.util.find_spec(engine)
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit(f"{engine} is not installed")
@@ -205,28 +204,38 @@ def _previous(engine: str, version: str) -> str | None:
 
 def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What changed from ``old`` to ``new``, one line each."""
-    lines: list[str] = []
+    return [*_function_lines(old, new), *_flag_lines(old["flags"], new["flags"]),
+            *_hook_lines(old, new)]
+
+
+def _function_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    lines = []
     for key in sorted(set(old["functions"]) | set(new["functions"])):
         a, b = old["functions"].get(key), new["functions"].get(key)
         if a != b:
             what = "gone" if b is None else "added" if a is None else "changed"
             lines.append(f"cited function {what}: {key}")
-    oldf, newf = old["flags"], new["flags"]
+    return lines
+
+
+def _flag_lines(oldf: dict[str, Any], newf: dict[str, Any]) -> list[str]:
+    lines = []
     if oldf.get("source") != newf.get("source"):
         lines.append(f"LoRA flags moved: {oldf.get('source')} -> {newf.get('source')}")
     for name in sorted((set(oldf) | set(newf)) - {"source"}):
         a, b = oldf.get(name), newf.get(name)
-        if a != b:
-            if a is None or b is None:
-                lines.append(f"LoRA flag {'added' if a is None else 'removed'}: {name}")
-            else:
-                for part in ("type", "default"):
-                    if a[part] != b[part]:
-                        lines.append(f"LoRA flag {name}: {part} {a[part]} -> {b[part]}")
-    for key in sorted(set(old["hooks"]) | set(new["hooks"])):
-        a, b = old["hooks"].get(key), new["hooks"].get(key)
         if a is None or b is None:
-            continue  # a hook lora_guard added or dropped: not the engine's doing
+            lines.append(f"LoRA flag {'added' if a is None else 'removed'}: {name}")
+            continue
+        lines += [f"LoRA flag {name}: {part} {a[part]} -> {b[part]}"
+                  for part in ("type", "default") if a[part] != b[part]]
+    return lines
+
+
+def _hook_lines(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    lines = []
+    for key in sorted(set(old["hooks"]) & set(new["hooks"])):  # not hooks lora_guard changed
+        a, b = old["hooks"][key], new["hooks"][key]
         if b["attaches"] and not a["attaches"]:
             lines.append(f"hook target appeared: {key}")
         elif not b["attaches"] and a["attaches"]:

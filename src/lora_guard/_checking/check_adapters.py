@@ -195,8 +195,8 @@ class ServingLimits:
     ``--max-loaded-loras``): more adapters than that in the set is LG110."""
     engine_rules: Collection[str] = frozenset()
     """The engine's own rules, by name: ``packed-slices`` (a packed module and its parts
-    match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112), ``one-scaling-rslora`` (the same, the
-    one scaling rsLoRA-aware: vLLM before 0.32),
+    match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112),
+    ``one-scaling-rslora`` (the same, the one scaling rsLoRA-aware: vLLM before 0.32),
     ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's),
     ``cast`` (every weight is cast to the engine's dtype: mixed dtypes serve, LG106 only for
     ``dtypes`` given), ``init-rerun`` (PEFT: loading a PiSSA/OLoRA adapter redoes its

@@ -179,9 +179,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     doctor = commands.add_parser(
         "doctor", help="for each installed engine (vLLM, sglang, PEFT): release, supported?, "
                        "each hook attached",
-        description="For each installed engine (vLLM, sglang, PEFT): its version, whether lora_guard "
-                    "supports it (the versions its engine tier tests), and each hook attached "
-                    "or missing. Exit 1 when a supported engine misses a hook.")
+        description="For each installed engine (vLLM, sglang, PEFT): its version, whether "
+                    "lora_guard supports it (the versions its engine tier tests), and each "
+                    "hook attached or missing. Exit 1 when a supported engine misses a hook.")
     doctor.add_argument("--format", choices=("text", "json"), default="text",
                         help="text (one block per engine) or json")
     return parser, check

@@ -91,8 +91,9 @@ class AttachReport:
     Example:
         >>> from lora_guard.integrations import get
         >>> report = get("vllm").report()
-        >>> sorted(report.as_dict())
-        ['attached', 'import_errors', 'integration', 'missing', 'pending', 'supported', 'supported_range', 'version']
+        >>> sorted(report.as_dict())  # doctest: +NORMALIZE_WHITESPACE
+        ['attached', 'import_errors', 'integration', 'missing', 'pending', 'supported',
+         'supported_range', 'version']
     """
 
     integration: str
