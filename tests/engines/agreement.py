@@ -71,6 +71,8 @@ SILENT_BEFORE: dict[str, dict[str, dict[str, str]]] = {
                                   "the alpha_pattern modules serve at another strength",
             "good-rank-pattern-lower": "vLLM before 0.32 scales every module by lora_alpha / "
                                        "r: the rank_pattern modules serve at another strength",
+            "rank-pattern-mixed-qkv": "vLLM before 0.32 scales every module by lora_alpha / "
+                                      "r: q_proj at rank 16 serves at half its strength",
         },
     },
 }
@@ -191,6 +193,7 @@ def rows(engine: str, root: Path, guard: Any) -> list[Row]:
 
 
 def table(engine: str, version: str, found: list[Row]) -> str:
+    quiet = silent(engine, version)
     lines = []
     for label, of in (("lora_guard (runtime)", lambda r: r.agreement),
                       ("check --engine", lambda r: r.check_agreement)):
@@ -206,7 +209,6 @@ def table(engine: str, version: str, found: list[Row]) -> str:
         "agreement |",
         "|---|---|---|---|---|---|---|",
     ]
-    quiet = silent(engine, version)
     for r in found:
         why = quiet.get(r.case.name, "")
         verdict = r.agreement if not why else f"engine-silent: {why}"

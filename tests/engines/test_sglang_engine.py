@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 import warnings
 
 import pytest
@@ -342,8 +343,9 @@ def test_a_hook_whose_target_this_release_lacks_warns_naming_it_and_the_version(
     monkeypatch.delattr(env.manager.LoRAManager, "unload_lora_adapter")
     try:
         with pytest.warns(lg.integrations.IntegrationWarning,
-                          match=r"sglang 0\.5\.23 is not patched in sglang\.srt\.lora\."
-                                r"lora_manager.*LoRAManager\.unload_lora_adapter: missing"):
+                          match=rf"sglang {re.escape(env.version)} is not patched in "
+                                r"sglang\.srt\.lora\.lora_manager.*LoRAManager\."
+                                r"unload_lora_adapter: missing"):
             report = sglang_guard.instrument()
         assert "sglang.srt.lora.lora_manager:LoRAManager.unload_lora_adapter" in report.missing
         assert "sglang.srt.lora.mem_pool:LoRAMemoryPool.prepare_lora_batch" in report.attached
