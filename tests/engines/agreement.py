@@ -198,11 +198,11 @@ def table(engine: str, version: str, found: list[Row]) -> str:
     for label, of in (("lora_guard (runtime)", lambda r: r.agreement),
                       ("check --engine", lambda r: r.check_agreement)):
         agree = sum(of(r) == "agree" for r in found)
-        silent = sum(of(r) == "engine-silent" for r in found)
+        quiet_count = sum(of(r) == "engine-silent" for r in found)
         lines.append(
             f"{engine} {version}, {label}: {len(found)} adapters; {agree} same verdict, "
-            f"{silent} engine-silent (lora_guard refuses, the engine would serve them "
-            f"wrongly), {len(found) - agree - silent} disagreements.")
+            f"{quiet_count} engine-silent (lora_guard refuses, the engine would serve them "
+            f"wrongly), {len(found) - agree - quiet_count} disagreements.")
         lines.append("")
     lines += [
         "| adapter | what | engine | engine says | lora_guard (runtime) | check --engine | "

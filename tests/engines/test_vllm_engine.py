@@ -6,6 +6,7 @@ Llama (`_harness.vllm_server`), as a GPU worker builds it; adapters are real PEF
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import re
@@ -134,17 +135,20 @@ def test_from_local_checkpoint_takes_the_max_rank_the_helper_was_validated_for(
     helper = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)
     helper.validate_legal(env.LoRAConfig(max_lora_rank=64, lora_dtype=torch.float32))
     small = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)
+    load = functools.partial(
+        env.lora_model.LoRAModel.from_local_checkpoint, str(path),
+        {"q_proj", "k_proj", "v_proj", "o_proj"}, helper, device="cpu", dtype=torch.float32)
     if profile("vllm", env.version).version >= "0.32.0":  # rank_pattern read from 0.32
         with pytest.raises(ValueError, match="greater than max_lora_rank"):
             small.validate_legal(env.LoRAConfig(max_lora_rank=16, lora_dtype=torch.float32))
+        with lg.recording() as seen:
+            load()
+        assert seen.violations == []
     else:  # before 0.32 validate_legal reads r only: rank 32 passes a max rank of 16
         small.validate_legal(env.LoRAConfig(max_lora_rank=16, lora_dtype=torch.float32))
-
-    with lg.recording() as seen:
-        env.lora_model.LoRAModel.from_local_checkpoint(
-            str(path), {"q_proj", "k_proj", "v_proj", "o_proj"}, helper, device="cpu",
-            dtype=torch.float32)
-    assert seen.violations == []
+        # and one scaling, lora_alpha / r, for every module: v_proj at rank 32 is mis-scaled
+        with pytest.raises(lg.AdapterError, match="LG112"):
+            load()
 
 
 def test_a_sequence_classification_adapter_with_score_saved_loads_clean(guard, env, tmp_path):
