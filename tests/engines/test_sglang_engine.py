@@ -319,14 +319,25 @@ def test_uninstrument_restores_every_real_original_exactly(env):
 
     for module in {p.module for p in sglang_guard.INTEGRATION.patches}:
         importlib.import_module(module)
-    originals = {p.path: vars(_owner(p)).get(p.path.rsplit(".", 1)[-1])
-                 for p in sglang_guard.INTEGRATION.patches}
-    sglang_guard.instrument()
+    # the hooks this release has (Inkling's V2 sink only from 0.5.23)
+    present = [p for p in sglang_guard.INTEGRATION.patches if _has(p)]
+    originals = {p.path: vars(_owner(p)).get(p.path.rsplit(".", 1)[-1]) for p in present}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", lg.integrations.IntegrationWarning)
+        sglang_guard.instrument()
     assert lora_manager.LoRAManager.load_lora_adapter is not originals[
         "LoRAManager.load_lora_adapter"]
     sglang_guard.uninstrument()
-    for patch in sglang_guard.INTEGRATION.patches:
+    for patch in present:
         assert vars(_owner(patch))[patch.path.rsplit(".", 1)[-1]] is originals[patch.path]
+
+
+def _has(patch):
+    try:
+        _owner(patch)
+    except AttributeError:
+        return False
+    return True
 
 
 def _owner(patch):
