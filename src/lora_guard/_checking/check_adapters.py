@@ -256,8 +256,10 @@ class ServingLimits:
         """The limits of one engine release, from its own serve flags and defaults.
 
         ``name`` is ``"vllm"``, ``"sglang"`` or ``"peft"``, optionally pinned
-        (``"vllm==0.34.0"``; ``version=`` does the same); without a version the newest
-        supported release. ``argv`` are the engine's flags as on its command line
+        (``"vllm==0.31.0"``, any release of docs/engines/; ``version=`` does the same);
+        without a version the installed release when the engine can be imported (outside the
+        supported range: the nearest, with a ``ReleaseWarning``), else the newest supported
+        release. ``argv`` are the engine's flags as on its command line
         (``"--max-lora-rank", "64"``, or one list of them; flags that do not bear on LoRA are
         ignored);
         ``engine_options`` the same by their Python names (``max_lora_rank=64``), plus

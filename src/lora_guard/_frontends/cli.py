@@ -116,8 +116,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                        "adapter folders (none when a serve command after -- names them)")
     served = check.add_argument_group("what the server serves")
     served.add_argument("--engine", metavar="ENGINE[==VERSION]",
-                        help="check for this engine release: vllm, sglang or peft (newest "
-                        "supported release without ==VERSION); its own serve flags go after "
+                        help="check for this engine release: vllm, sglang or peft, e.g. "
+                        "vllm==0.31.0 (without ==VERSION: the installed release, else the "
+                        "newest supported); its own serve flags go after "
                         "--, e.g. -- --max-lora-rank 64. Or paste a whole serve command after "
                         "--: -- vllm serve MODEL --enable-lora --lora-modules a=PATH ...")
     served.add_argument("--max-rank", type=_positive, metavar="N",
