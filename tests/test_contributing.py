@@ -7,14 +7,14 @@ from collections.abc import Iterator
 import pytest
 
 import lora_guard as lg
-from lora_guard._checking.engines import ENGINES
+from lora_guard._checking.engines import ENGINES, SPECS
 from lora_guard._checking.registry import remove_invariant
 from test_docs import ROOT, run_page
 
 
 @pytest.fixture
 def undo_registrations() -> Iterator[None]:
-    engines = dict(ENGINES)
+    engines, specs = dict(ENGINES), dict(SPECS)
     codes = set(lg.INVARIANTS)
     try:
         yield
@@ -23,6 +23,8 @@ def undo_registrations() -> Iterator[None]:
             remove_invariant(code)
         for name in set(ENGINES) - set(engines):
             del ENGINES[name]  # type: ignore[attr-defined]
+        for name in set(SPECS) - set(specs):
+            del SPECS[name]  # type: ignore[attr-defined]
 
 
 @pytest.mark.usefixtures("undo_registrations")

@@ -476,7 +476,7 @@ def test_each_flag_default_is_the_engines() -> None:
 
 def test_for_engine_says_what_is_wrong() -> None:
     with pytest.raises(ValueError, match=r"vllm 0\.2 is not a supported release; supported: "
-                       r"0\.34\.0"):
+                       r"0\.29\.0 to 0\.34\.0"):
         lg.ServingLimits.for_engine("vllm==0.2")
     with pytest.raises(ValueError, match=r"unknown engine 'tgi'; supported: peft, sglang, vllm"):
         lg.ServingLimits.for_engine("tgi")
@@ -611,9 +611,9 @@ def test_an_unsupported_release_on_the_command_line_lists_the_supported_ones(
         made: dict[str, pathlib.Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, str(made["plain"]), "--engine", "vllm==0.11.2")
     assert code == 2 and out == ""
-    assert "vllm 0.11.2 is not a supported release; supported: 0.34.0" in err
+    assert "vllm 0.11.2 is not a supported release; supported: 0.29.0 to 0.34.0" in err
     code, _, err = run(capsys, str(made["plain"]), "--engine", "sglang==0.4")
-    assert code == 2 and "supported: 0.5.23" in err
+    assert code == 2 and "supported: 0.5.16 to 0.5.23" in err
     for pinned in ("vllm==0.34.0", "vllm==0.34", "sglang==0.5.23", "peft==0.21"):
         code, out, _ = run(capsys, str(made["plain"]), "--engine", pinned)
         assert code == 0, (pinned, out)

@@ -304,11 +304,59 @@ def test_no_test_depends_on_a_replica() -> None:
                     reason="the engine tier checks doctor where the engines are installed")
 def test_doctor_without_the_engines_says_so_and_passes(
         capsys: pytest.CaptureFixture[str]) -> None:
+    import peft
+
     from lora_guard._frontends.cli import main
+    from lora_guard.integrations import peft as peft_guard
 
     assert main(["doctor"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["vllm: not installed",
-                                                    "sglang: not installed"]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == ["vllm: not installed", "sglang: not installed",
+                         f"peft {peft.__version__}: supported; tested: peft "
+                         f"{peft_guard.INTEGRATION.supported_range}; guards check with the "
+                         "peft==0.21 profile"]
+    assert sorted(lines[3:]) == sorted(
+        f"  attached  {p.module}:{p.path} (peft {peft.__version__})"
+        for p in peft_guard.INTEGRATION.patches)
     assert main(["doctor", "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {
-        "engines": {"vllm": None, "sglang": None}, "ok": True}
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True and data["engines"]["vllm"] is None
+    assert data["engines"]["peft"]["version"] == peft.__version__
+    assert data["engines"]["peft"]["missing"] == {}
+
+
+def test_doctor_says_an_import_error_once_not_as_each_hook_missing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # an installed library whose guarded modules need a package this environment lacks, as
+    # sglang's LoRA modules need torchvision
+    from lora_guard._frontends.doctor import _text
+    from lora_guard.integrations._base import Integration, Patch
+
+    root = tmp_path / "site"
+    (root / "needsvision").mkdir(parents=True)
+    (root / "needsvision" / "__init__.py").write_text("__version__ = '1.0'\n")
+    (root / "needsvision-1.0.dist-info").mkdir()
+    (root / "needsvision-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: needsvision\nVersion: 1.0\n")
+    for module in ("manager", "pool"):
+        (root / "needsvision" / f"{module}.py").write_text(
+            "import torchvision_absent_here\nclass C:\n    def f(self, x): ...\n")
+    monkeypatch.syspath_prepend(str(root))
+    guard = Integration(name="needsvision", distribution="needsvision", min_version="1.0",
+                        patches=tuple(Patch(f"needsvision.{m}", "C.f", ("self", "x"),
+                                            lambda w, i, a, k: w(*a, **k))
+                                      for m in ("manager", "pool")))
+    report = guard.diagnose()
+    assert report is not None
+    assert report.import_errors == {
+        m: "ModuleNotFoundError: No module named 'torchvision_absent_here'"
+        for m in ("needsvision.manager", "needsvision.pool")}
+    lines = _text({"engines": {"needsvision": {**report.as_dict(), "profile": None}}})
+    assert lines[1:3] == [
+        "  DOES NOT IMPORT  needsvision.manager, needsvision.pool: ModuleNotFoundError: No "
+        "module named 'torchvision_absent_here'",
+        "    so 2 hooks cannot be checked on needsvision 1.0: install torchvision_absent_here "
+        "into this environment, then run lora-guard doctor again"]
+    assert not any(line.startswith("  MISSING") for line in lines)
+    assert lines[-1].startswith("lora-guard doctor: needsvision supported but missing hooks")

@@ -17,6 +17,8 @@ failure:
     peft      tests/upstream/run_peft_suite.py (PEFT's own LoRA tests, integration on)
     engines   tests/engines/run --lora-guard (the real vLLM and sglang on a CPU, in their own
               environment, LORA_GUARD_ENGINES_VENV, default .venv-engines)
+    engines-older  tests/engines/run --vllm 0.31.0 --sglang 0.5.20 --lora-guard (one older
+              release of each engine, each layered on the newest's environment)
 
 Usage::
 
@@ -109,6 +111,11 @@ STEPS: dict[str, Callable[[], int]] = {
                          "--lora-guard-instrument=peft"),
     "peft": lambda: run(_python(), "tests/upstream/run_peft_suite.py"),
     "engines": lambda: run("bash", "tests/engines/run", "--lora-guard"),
+    # One older release of each engine, each in an environment layered on the newest's: vLLM
+    # 0.31 (before 0.32's PEFTHelper changes) and sglang 0.5.20 (its flags moved to
+    # arg_groups). Every supported release: tests/engines/run --all.
+    "engines-older": lambda: run("bash", "tests/engines/run", "--vllm", "0.31.0",
+                                 "--sglang", "0.5.20", "--lora-guard"),
 }
 
 
@@ -144,7 +151,7 @@ class EngineBuild:
 
 
 def _why(name: str, status: int) -> str:
-    if name in ("suite", "peft", "engines") and status in PYTEST_STATUS:
+    if name in ("suite", "peft", "engines", "engines-older") and status in PYTEST_STATUS:
         return f"exit {status}: {PYTEST_STATUS[status]}"
     return f"exit {status}"
 
@@ -177,12 +184,12 @@ def _run_steps(wanted: list[str]) -> list[tuple[str, float, int]]:
         for name in wanted:
             print(f"\n=== {name} ===", flush=True)
             start = time.monotonic()
-            status = build.wait() if name == "engines" else 0
+            status = build.wait() if name.startswith("engines") else 0
             status = status or STEPS[name]()
             times.append((name, time.monotonic() - start, status))
             if status:
                 break
-            if name == "setup" and "engines" in wanted:
+            if name == "setup" and any(n.startswith("engines") for n in wanted):
                 build.start()
     finally:
         build.stop()

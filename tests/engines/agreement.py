@@ -56,6 +56,42 @@ SILENT: dict[str, dict[str, str]] = {
 }
 
 
+SILENT_BEFORE: dict[str, dict[str, dict[str, str]]] = {
+    "vllm": {
+        "0.32.0": {  # vllm/lora/peft_helper.py before 0.32: these fields are not read
+            "lora-bias": "vLLM before 0.32 does not read lora_bias: the adapter serves "
+                         "without the bias it trained",
+            "pissa": "vLLM before 0.32 does not read init_lora_weights: PiSSA rewrote the "
+                     "base in training, on the original base it serves garbage",
+            "olora": "vLLM before 0.32 does not read init_lora_weights: OLoRA rewrote the "
+                     "base in training, on the original base it serves garbage",
+            "loftq": "vLLM before 0.32 does not read init_lora_weights: LoftQ trained on a "
+                     "quantised residual base",
+            "good-alpha-pattern": "vLLM before 0.32 scales every module by lora_alpha / r: "
+                                  "the alpha_pattern modules serve at another strength",
+            "good-rank-pattern-lower": "vLLM before 0.32 scales every module by lora_alpha / "
+                                       "r: the rank_pattern modules serve at another strength",
+            "rank-pattern-mixed-qkv": "vLLM before 0.32 scales every module by lora_alpha / "
+                                      "r: q_proj at rank 16 serves at half its strength",
+        },
+    },
+}
+"""Engine -> first release that refuses (or serves right) -> cases the releases before it
+accept and serve wrongly, with the reason."""
+
+
+def silent(engine: str, version: str) -> dict[str, str]:
+    """The engine-silent cases of one release: `SILENT` and those of `SILENT_BEFORE` that
+    hold for ``version``."""
+    from lora_guard._checking.engines import _version_key
+
+    found = dict(SILENT.get(engine, {}))
+    for until, cases in SILENT_BEFORE.get(engine, {}).items():
+        if _version_key(version) < _version_key(until):
+            found.update(cases)
+    return found
+
+
 @dataclass(frozen=True)
 class Row:
     case: corpus.Case
@@ -157,15 +193,16 @@ def rows(engine: str, root: Path, guard: Any) -> list[Row]:
 
 
 def table(engine: str, version: str, found: list[Row]) -> str:
+    quiet = silent(engine, version)
     lines = []
     for label, of in (("lora_guard (runtime)", lambda r: r.agreement),
                       ("check --engine", lambda r: r.check_agreement)):
         agree = sum(of(r) == "agree" for r in found)
-        silent = sum(of(r) == "engine-silent" for r in found)
+        quiet_count = sum(of(r) == "engine-silent" for r in found)
         lines.append(
             f"{engine} {version}, {label}: {len(found)} adapters; {agree} same verdict, "
-            f"{silent} engine-silent (lora_guard refuses, the engine would serve them "
-            f"wrongly), {len(found) - agree - silent} disagreements.")
+            f"{quiet_count} engine-silent (lora_guard refuses, the engine would serve them "
+            f"wrongly), {len(found) - agree - quiet_count} disagreements.")
         lines.append("")
     lines += [
         "| adapter | what | engine | engine says | lora_guard (runtime) | check --engine | "
@@ -173,7 +210,7 @@ def table(engine: str, version: str, found: list[Row]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in found:
-        why = SILENT.get(engine, {}).get(r.case.name, "")
+        why = quiet.get(r.case.name, "")
         verdict = r.agreement if not why else f"engine-silent: {why}"
         guard = r.guard + (f" ({', '.join(r.codes)})" if r.codes else "")
         check = r.check + (f" ({', '.join(r.check_codes)})" if r.check_codes else "")
@@ -186,12 +223,19 @@ def table(engine: str, version: str, found: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_page(engine: str, text: str) -> str | None:
-    """The page's block for ``engine`` against ``text``: None when equal (or rewritten)."""
-    start, end = f"<!-- {engine} table: start -->\n", f"<!-- {engine} table: end -->"
+def check_page(engine: str, text: str, version: str) -> str | None:
+    """The page's block for ``engine`` ``version`` against ``text``: None when equal (or
+    rewritten; a release without a block gets one at the end of the page)."""
+    start, end = (f"<!-- {engine} {version} table: start -->\n",
+                  f"<!-- {engine} {version} table: end -->")
     page = PAGE.read_text(encoding="utf-8")
     if start not in page or end not in page:
-        return f"{PAGE} has no {engine} table markers"
+        if os.environ.get("LORA_GUARD_WRITE_COMPAT") == "1":
+            PAGE.write_text(f"{page.rstrip()}\n\n### {engine} {version}\n\n{start}{text}{end}\n",
+                            encoding="utf-8")
+            return None
+        return (f"{PAGE} has no {engine} {version} table; rerun the tier with "
+                "LORA_GUARD_WRITE_COMPAT=1 and review the diff")
     head, rest = page.split(start, 1)
     current, tail = rest.split(end, 1)
     if current == text:

@@ -48,8 +48,22 @@ def test_doctor_finds_every_hook_of_both_engines_attached():
                               ("sglang", sglang_guard.INTEGRATION)):
         report = engines[name]
         assert report["supported"] is True and report["missing"] == {}, report
-        assert sorted(report["attached"]) == sorted(
-            f"{p.module}:{p.path}" for p in integration.patches)
+        # the installed release, whichever of the range it is, and its own profile
+        assert report["profile"] == f"{name}=={report['version']}"
+        present = {f"{p.module}:{p.path}" for p in integration.patches if not p.optional}
+        assert present <= set(report["attached"]) <= {
+            f"{p.module}:{p.path}" for p in integration.patches}
+    assert engines["peft"]["supported"] is True and engines["peft"]["missing"] == {}
+
+
+def test_doctor_names_the_release_on_each_hook_line():
+    done = doctor()
+    assert done.returncode == 0, done.stdout + done.stderr
+    versions = {name: json.loads(doctor("--format", "json").stdout)["engines"][name]["version"]
+                for name in ("vllm", "sglang")}
+    hooks = [line for line in done.stdout.splitlines() if line.startswith("  attached")]
+    for name, version in versions.items():
+        assert any(line.endswith(f"({name} {version})") for line in hooks), (name, hooks)
 
 
 def test_doctor_fails_naming_a_hook_the_installed_release_lacks():
@@ -58,7 +72,7 @@ def test_doctor_fails_naming_a_hook_the_installed_release_lacks():
                          "del m.LoRAManager.unload_lora_adapter")
 
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "sglang 0.5.23: supported" in done.stdout
+    assert f"sglang {sglang_guard.INTEGRATION.version()}: supported" in done.stdout
     assert "MISSING   sglang.srt.lora.lora_manager:LoRAManager.unload_lora_adapter" \
         in done.stdout
-    assert "vllm 0.34.0: supported" in done.stdout
+    assert f"vllm {vllm_guard.INTEGRATION.version()}: supported" in done.stdout

@@ -1,4 +1,4 @@
-"""lora_guard's vLLM integration on the real vLLM 0.34.0 LoRA worker and model manager.
+"""lora_guard's vLLM integration on the real vLLM LoRA worker and model manager (0.29 to 0.34).
 
 A server is a real ``LRUCacheWorkerLoRAManager`` with its model manager over vLLM's own tiny
 Llama (`_harness.vllm_server`), as a GPU worker builds it; adapters are real PEFT adapters.
@@ -6,8 +6,10 @@ Llama (`_harness.vllm_server`), as a GPU worker builds it; adapters are real PEF
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import re
 import warnings
 
 import pytest
@@ -21,6 +23,7 @@ torch = pytest.importorskip("torch")
 import _harness as h  # noqa: E402
 
 import lora_guard as lg  # noqa: E402
+from lora_guard._checking.engines import profile  # noqa: E402
 from lora_guard.integrations import vllm as vllm_guard  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("vllm")  # one process per engine (see _harness)
@@ -64,7 +67,7 @@ def test_every_hook_attaches_on_the_installed_release(env):
         warnings.simplefilter("error")
         report = vllm_guard.INTEGRATION.instrument()
     try:
-        assert env.version.startswith("0.34.0")
+        assert profile("vllm", env.version).version == env.version  # a supported release
         assert report.missing == {} and report.pending == (), report
         assert report.supported is True
     finally:
@@ -72,10 +75,10 @@ def test_every_hook_attaches_on_the_installed_release(env):
 
 
 def test_the_supported_range_is_the_release_the_tier_tests(env):
-    # vLLM before 0.34 kept LoRAModel in vllm.lora.models: a hook on lora_model never fires
+    # vLLM 0.29 to 0.34 keep every hooked function (tests/engines/fingerprints/)
     assert vllm_guard.INTEGRATION.supports(env.version)
     assert not vllm_guard.INTEGRATION.supports("0.11.2")
-    assert vllm_guard.INTEGRATION.supported_range == ">=0.34.0,<0.34.1"
+    assert vllm_guard.INTEGRATION.supported_range == ">=0.29.0,<0.34.1"
 
 
 def test_a_good_adapter_loads_activates_and_swaps_with_no_violation(guard, base, tmp_path):
@@ -132,21 +135,31 @@ def test_from_local_checkpoint_takes_the_max_rank_the_helper_was_validated_for(
     helper = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)
     helper.validate_legal(env.LoRAConfig(max_lora_rank=64, lora_dtype=torch.float32))
     small = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)
-    with pytest.raises(ValueError, match="greater than max_lora_rank"):
+    load = functools.partial(
+        env.lora_model.LoRAModel.from_local_checkpoint, str(path),
+        {"q_proj", "k_proj", "v_proj", "o_proj"}, helper, device="cpu", dtype=torch.float32)
+    if profile("vllm", env.version).version >= "0.32.0":  # rank_pattern read from 0.32
+        with pytest.raises(ValueError, match="greater than max_lora_rank"):
+            small.validate_legal(env.LoRAConfig(max_lora_rank=16, lora_dtype=torch.float32))
+        with lg.recording() as seen:
+            load()
+        assert seen.violations == []
+    else:  # before 0.32 validate_legal reads r only: rank 32 passes a max rank of 16
         small.validate_legal(env.LoRAConfig(max_lora_rank=16, lora_dtype=torch.float32))
-
-    with lg.recording() as seen:
-        env.lora_model.LoRAModel.from_local_checkpoint(
-            str(path), {"q_proj", "k_proj", "v_proj", "o_proj"}, helper, device="cpu",
-            dtype=torch.float32)
-    assert seen.violations == []
+        # and one scaling, lora_alpha / r, for every module: v_proj at rank 32 is mis-scaled
+        with pytest.raises(lg.AdapterError, match="LG112"):
+            load()
 
 
 def test_a_sequence_classification_adapter_with_score_saved_loads_clean(guard, env, tmp_path):
     lora_config = env.LoRAConfig(max_lora_rank=16, lora_dtype=torch.float32)
     path = h.peft_adapter(tmp_path / "cls", r=8, task_type="SEQ_CLS")
     helper = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)
-    helper.validate_legal(lora_config)  # vLLM 0.34 serves score in modules_to_save
+    if profile("vllm", env.version).version < "0.31.0":  # no head served before 0.31
+        with pytest.raises(ValueError, match="modules_to_save being None"):
+            helper.validate_legal(lora_config)
+        return
+    helper.validate_legal(lora_config)  # vLLM 0.31+ serves score in modules_to_save
 
     with lg.recording() as seen:
         for expected in ({"q_proj", "k_proj", "v_proj", "o_proj", "score"},
@@ -202,7 +215,7 @@ def test_a_hook_whose_target_this_release_lacks_warns_naming_it_and_the_version(
     monkeypatch.delattr(env.peft_helper.PEFTHelper, "validate_legal")
     try:
         with pytest.warns(lg.integrations.IntegrationWarning,
-                          match=r"vllm 0\.34\.0\S* has no vllm\.lora\.peft_helper\."
+                          match=rf"vllm {re.escape(env.version)} has no vllm\.lora\.peft_helper\."
                                 r"PEFTHelper\.validate_legal"):
             report = vllm_guard.instrument()
         assert "vllm.lora.peft_helper:PEFTHelper.validate_legal" in report.missing
@@ -252,7 +265,6 @@ def test_the_profile_flags_are_the_releases_own_names_defaults_and_choices(env):
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    from lora_guard._checking.engines import profile
 
     parser = FlexibleArgumentParser()
     EngineArgs.add_cli_args(parser)

@@ -14,9 +14,13 @@ serves it wrongly, the profile still refuses it; each such rule says ``engine_re
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+import importlib.util
 import json
 import os
 import pathlib
+import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,20 +32,44 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENGINES",
+    "SPECS",
+    "Engine",
     "EngineOptionError",
     "EngineProfile",
     "Flag",
+    "ReleaseWarning",
     "Rule",
     "ServeCommand",
     "limits_for_engine",
     "parse_serve_command",
     "profile",
+    "installed_version",
+    "nearest_release",
     "running_limits",
 ]
 
 
 class EngineOptionError(ValueError):
     """An engine name, release or LoRA flag that cannot be used (a usage error)."""
+
+
+class ReleaseWarning(UserWarning):
+    """The installed engine release is outside the supported range: the nearest supported
+    release's profile is used."""
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """``"0.31.0"`` -> (0, 31, 0); a piece that is not a number ends the key (``0.34.0rc1``,
+    ``0.5.20.post1`` compare as their release)."""
+    key: list[int] = []
+    for piece in version.split("."):
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        key.append(int(digits.group()))
+        if digits.group() != piece:
+            break
+    return tuple(key)
 
 
 @dataclass(frozen=True)
@@ -60,11 +88,19 @@ class Flag:
     """What it means for the check."""
     choices: tuple[Any, ...] = ()
     """For ``choice`` (and ``list``): the values the engine's parser accepts."""
+    since: str | None = None
+    """The first release that has the flag (None: every supported release)."""
+    until: str | None = None
+    """The first release without it (None: still there)."""
+
+    def applies(self, version: str) -> bool:
+        """Whether release ``version`` has this flag."""
+        return _in_range(version, self.since, self.until)
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule of a profile, with the engine source it comes from."""
+    """One rule of an engine, with the releases it holds for and its source in them."""
 
     code: str
     """The code lora_guard reports for it."""
@@ -75,18 +111,46 @@ class Rule:
     engine_refuses: bool = True
     """False where the engine loads the adapter without a word and serves it wrongly (the
     profile refuses what the engine does not)."""
+    since: str | None = None
+    """The first release with this behaviour (None: every supported release)."""
+    until: str | None = None
+    """The first release without it (None: still there)."""
+    uses: tuple[str, ...] = ()
+    """The checker's engine rules (`ServingLimits.engine_rules`) this behaviour turns on."""
+    checked: bool = True
+    """False for a behaviour the check does not model yet (documented, never silent)."""
+
+    def applies(self, version: str) -> bool:
+        """Whether release ``version`` behaves so."""
+        return _in_range(version, self.since, self.until)
+
+    @property
+    def releases(self) -> str:
+        """The releases it holds for, for people: ``0.32.0+``, ``< 0.32.0``, ``all``."""
+        if self.since and self.until:
+            return f"{self.since} to < {self.until}"
+        if self.since:
+            return f"{self.since}+"
+        return f"< {self.until}" if self.until else "all"
+
+
+def _in_range(version: str, since: str | None, until: str | None) -> bool:
+    key = _version_key(version)
+    return ((since is None or key >= _version_key(since))
+            and (until is None or key < _version_key(until)))
 
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """One release of one engine: its LoRA flags and its own rules."""
+    """One release of one engine: its LoRA flags and its own rules (those that hold for it)."""
 
     engine: str
     version: str
     flags: tuple[Flag, ...]
     rules: tuple[Rule, ...]
-    build: Callable[[Mapping[str, Any]], dict[str, Any]] = field(repr=False, compare=False)
-    """Resolved options -> `ServingLimits` keywords."""
+    build: Callable[[Mapping[str, Any], EngineProfile], dict[str, Any]] = field(
+        repr=False, compare=False)
+    """Resolved options and the release -> `ServingLimits` keywords."""
     validate: Callable[[Mapping[str, Any]], None] = field(repr=False, compare=False,
                                                         default=lambda options: None)
     """Raises `EngineOptionError` for options the engine itself refuses at start-up."""
@@ -99,8 +163,41 @@ class EngineProfile:
         name = "--" + name.lstrip("-").replace("_", "-")
         return next((f for f in self.flags if f.name == name), None)
 
+    def uses(self) -> tuple[str, ...]:
+        """The checker's engine rules this release's behaviours turn on (in rule order)."""
+        return tuple(dict.fromkeys(u for r in self.rules if r.checked for u in r.uses))
 
-# --- vLLM 0.34.0 ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine: its supported releases, and every flag and rule with the releases it holds
+    for. A release's `EngineProfile` is the flags and rules that hold for it (`at`): one rule
+    per behaviour, never a copy of a profile per release."""
+
+    name: str
+    releases: tuple[str, ...]
+    """Supported releases, newest first: exactly those the engine tier can run."""
+    flags: tuple[Flag, ...]
+    rules: tuple[Rule, ...]
+    build: Callable[[Mapping[str, Any], EngineProfile], dict[str, Any]] = field(
+        repr=False, compare=False)
+    validate: Callable[[Mapping[str, Any]], None] = field(repr=False, compare=False,
+                                                        default=lambda options: None)
+
+    def at(self, version: str) -> EngineProfile:
+        """The profile of one supported release."""
+        return EngineProfile(self.name, version,
+                             tuple(f for f in self.flags if f.applies(version)),
+                             tuple(r for r in self.rules if r.applies(version)),
+                             self.build, self.validate)
+
+    @property
+    def supported_range(self) -> str:
+        """``0.29.0 to 0.34.0``."""
+        return f"{self.releases[-1]} to {self.releases[0]}"
+
+
+# --- vLLM 0.29.0 to 0.34.0 -----------------------------------------------------------------
 
 _VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 _VLLM_HEADS = ("classifier", "score")
@@ -134,7 +231,7 @@ _VLLM_FLAGS = (
     Flag("--enable-moe-shared-loras", "enable_moe_shared_loras", "bool", False,
          "MoE adapters in the shared-outer layout; parsed, not modelled by the check yet"),
     Flag("--max-lora-cls-labels", "max_lora_cls_labels", "int", None,
-         "no bearing on a check from headers"),
+         "no bearing on a check from headers", since="0.31.0"),
     Flag("--lora-modules", "lora_modules", "adapters", None,
          "adapters served: name=path or JSON {\"name\", \"path\"} (checked)"),
     Flag("--runner", "runner", "choice", "auto",
@@ -142,8 +239,8 @@ _VLLM_FLAGS = (
          "*ForCausalLM base as a generator, which has none (LG105)",
          ("auto", "generate", "pooling", "draft")),
     Flag("--convert", "convert", "choice", "auto",
-         "embed/classify turn a causal LM into a pooling model that serves the heads",
-         ("auto", "none", "embed", "classify")),
+         "classify turns a causal LM into a pooling model that serves the heads (embed "
+         "serves none)", ("auto", "none", "embed", "classify")),
 )
 
 
@@ -154,43 +251,95 @@ def _vllm_validate(options: Mapping[str, Any]) -> None:
             f"--max-cpu-loras ({cpu}) must be >= --max-loras ({slots}): vLLM refuses to start")
 
 
-def _vllm_build(options: Mapping[str, Any]) -> dict[str, Any]:
+def _vllm_build(options: Mapping[str, Any], release: EngineProfile) -> dict[str, Any]:
+    rules = release.uses()
+    heads = "served-heads" in rules
+    pooling = options.get("runner") == "pooling" or options.get("convert") == "classify"
     return {
         "max_rank": options["max_lora_rank"],
         "target_modules": options.get("lora_target_modules"),
-        "served_heads": _VLLM_HEADS,
-        "engine_rules": ("packed-slices", "cast", "packed-names-native",
-                         "plain-embeddings-refused")
-        + (() if options.get("runner") == "pooling" or options.get("convert") in (
-            "embed", "classify") else ("heads-need-pooling",)),
+        "served_heads": _VLLM_HEADS if heads else None,
+        "engine_rules": tuple(r for r in rules if r != "served-heads")
+        + (("heads-need-pooling",) if heads and not pooling else ()),
     }
 
 
+_VLLM_FEATURES_SOURCE = "vllm/lora/peft_helper.py:PEFTHelper._validate_features"
 _VLLM_RULES = (
     Rule("LG101", "r and every rank_pattern value at most --max-lora-rank (default 16); the flag "
          "takes only 1, 8, 16, 32, 64, 128, 256, 320, 512",
-         "vllm/lora/peft_helper.py:PEFTHelper.validate_legal"),
-    Rule("LG105", "refuses DoRA, lora_bias, bias other than none, aLoRA, layer_replication, "
-         "QALoRA and modules_to_save other than the classification heads classifier/score "
-         "(added for SEQ_CLS/TOKEN_CLS adapters)",
-         "vllm/lora/peft_helper.py:PEFTHelper._validate_features"),
+         "vllm/lora/peft_helper.py:PEFTHelper.validate_legal", since="0.32.0"),
+    Rule("LG101", "r at most --max-lora-rank when the adapter loads (validate_legal reads r "
+         "only); a larger rank_pattern value fails later, when its weights are copied into "
+         "the layer's slots",
+         "vllm/lora/peft_helper.py:PEFTHelper.validate_legal; "
+         "vllm/lora/layers/base_linear.py:BaseLinearLayerWithLoRA.set_lora", until="0.32.0"),
+    Rule("LG105", "refuses DoRA and bias other than none",
+         f"{_VLLM_FEATURES_SOURCE}; vllm/lora/peft_helper.py:PEFTHelper.validate_legal"),
+    Rule("LG105", "refuses every modules_to_save (no classification head is served)",
+         _VLLM_FEATURES_SOURCE, until="0.31.0"),
+    Rule("LG105", "refuses modules_to_save other than the classification heads classifier/"
+         "score", _VLLM_FEATURES_SOURCE, since="0.31.0", uses=("served-heads",)),
+    Rule("LG105", "a SEQ_CLS/TOKEN_CLS adapter gets the heads classifier/score added to "
+         "modules_to_save, as PEFT does", "vllm/lora/peft_helper.py:PEFTHelper.__post_init__",
+         since="0.34.0"),
     Rule("LG105", "a classification head (modules_to_save score/classifier) loads only on a "
-         "pooling model: on a *ForCausalLM base run as a generator (no --runner pooling or "
-         "--convert classify) the load fails",
-         "vllm/lora/model_manager.py:LoRAModelManager._validate_classification_head_lora"),
+         "cross-encoder (pooling) model: on a *ForCausalLM base run as a generator or with "
+         "--convert embed the load fails",
+         "vllm/lora/model_manager.py:LoRAModelManager._validate_modules_to_save",
+         since="0.31.0", until="0.33.0"),
+    Rule("LG105", "a classification head (modules_to_save score/classifier) loads only on a "
+         "classify/token_classify pooling model: on a *ForCausalLM base run as a generator "
+         "(no --runner pooling or --convert classify) or with --convert embed the load fails",
+         "vllm/lora/model_manager.py:LoRAModelManager._validate_classification_head_lora",
+         since="0.33.0"),
+    Rule("LG105", "refuses lora_bias, aLoRA, layer_replication, BD-LoRA and QALoRA",
+         _VLLM_FEATURES_SOURCE, since="0.32.0"),
+    Rule("LG105", "lora_bias, aLoRA, layer_replication, BD-LoRA and QALoRA are not read: "
+         "such adapters load without a word and serve wrongly",
+         "vllm/lora/peft_helper.py:PEFTHelper.from_dict", until="0.32.0",
+         engine_refuses=False),
     Rule("LG109", "weights named by a packed module (qkv_proj, gate_up_proj) load only on a "
          "model that has that module (Phi-3); on Llama the load fails: expected target "
          "modules q_proj, k_proj, v_proj, ...",
-         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint"),
+         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint",
+         uses=("packed-names-native",)),
     Rule("LG104", "full embedding weights saved by save_embedding_layers are skipped only "
          "as <module>.base_layer.weight (embed_tokens, lm_head targeted by LoRA); saved as "
          "<module>.weight (the embedding was no LoRA target) the key is refused as an "
          "unsupported LoRA weight and the load fails",
          "vllm/lora/utils.py:is_base_embedding_weights, parse_fine_tuned_lora_name; "
-         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint"),
+         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint",
+         uses=("plain-embeddings-refused",)),
     Rule("LG116", "refuses PiSSA, OLoRA, CorDA and LoftQ initialisations that were not "
          "converted to plain LoRA (they rewrote the base weights in training)",
-         "vllm/lora/peft_helper.py:PEFTHelper._init_is_supported"),
+         "vllm/lora/peft_helper.py:PEFTHelper._init_is_supported", since="0.32.0"),
+    Rule("LG116", "init_lora_weights is not read: a PiSSA, OLoRA, CorDA or LoftQ adapter not "
+         "converted to plain LoRA loads without a word and serves on the original base "
+         "weights it no longer matches", "vllm/lora/peft_helper.py:PEFTHelper.from_dict",
+         until="0.32.0", engine_refuses=False),
+    Rule("LG112", "one scaling per adapter, lora_alpha / r (/ sqrt(r) for rsLoRA): "
+         "alpha_pattern and a rank_pattern rank other than r load and serve at the wrong "
+         "strength", "vllm/lora/peft_helper.py:PEFTHelper.__post_init__", until="0.32.0",
+         engine_refuses=False, uses=("one-scaling-rslora",)),
+    Rule("LG112", "no scaling rule: each module is scaled by its own rank_pattern / "
+         "alpha_pattern values, as PEFT does",
+         "vllm/lora/peft_helper.py:PEFTHelper.get_rank_and_scaling; "
+         "vllm/lora/lora_weights.py:LoRALayerWeights.from_config", since="0.32.0"),
+    Rule("LG112", "MoE experts are packed with lora_alpha / r even for rsLoRA: an rsLoRA "
+         "MoE adapter serves its experts at the wrong strength",
+         "vllm/lora/lora_weights.py:PackedLoRALayerWeights.pack_moe", until="0.30.0",
+         engine_refuses=False, checked=False),
+    Rule("LG111", "the experts of one MoE layer must have one rank",
+         "vllm/lora/lora_weights.py:PackedLoRALayerWeights.pack_moe", since="0.32.0",
+         checked=False),
+    Rule("LG002", "a 3-D (fused) MoE adapter on a model with 2-D MoE LoRA layers is refused "
+         "unless --enable-mixed-moe-lora-format is given",
+         "vllm/lora/model_manager.py:LoRAModelManager._validate_moe_lora_format",
+         since="0.32.0", checked=False),
+    Rule("LG104", "LoRA weights on a layer LoRA does not wrap although its name matches "
+         "(BERT's pooler.dense) are refused", "vllm/lora/lora_model.py:"
+         "LoRAModel.from_local_checkpoint", since="0.34.0", checked=False),
     Rule("LG105", "trainable_token_indices is not read; the adapter's token deltas are not "
          "served", "vllm/lora/peft_helper.py:PEFTHelper.from_dict", engine_refuses=False),
     Rule("LG105", "added_tokens.json is not read (extra-vocab support was removed): requests "
@@ -204,9 +353,10 @@ _VLLM_RULES = (
          "matches its parts and the reverse; a module outside the filter is not wrapped and "
          "its weights are ignored",
          "vllm/lora/utils.py:is_in_target_modules; "
-         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint", engine_refuses=False),
+         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint", engine_refuses=False,
+         uses=("packed-slices",)),
     Rule("LG106", "no dtype rule: weights are cast to --lora-dtype (auto = the model's dtype)",
-         "vllm/config/lora.py:LoRAConfig.verify_with_model_config"),
+         "vllm/config/lora.py:LoRAConfig.verify_with_model_config", uses=("cast",)),
     Rule("LG110", "no count rule: --max-loras is GPU slots per batch and --max-cpu-loras an LRU "
          "cache, so any number of adapters serves", _VLLM_CONFIG),
     Rule("LG103", "a lora_A without its lora_B (or a zero-size tensor, LG107, or a base of "
@@ -214,7 +364,7 @@ _VLLM_RULES = (
          "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint", engine_refuses=False),
 )
 
-# --- sglang 0.5.23 -------------------------------------------------------------------------
+# --- sglang 0.5.16 to 0.5.23 ---------------------------------------------------------------
 
 _SGLANG_TARGETS = (
     "q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "kv_a_proj_with_mqa", "q_b_proj",
@@ -249,7 +399,7 @@ _SGLANG_FLAGS = (
 
 def _sglang_validate(options: Mapping[str, Any]) -> None:
     loaded, per_batch = options.get("max_loaded_loras"), options["max_loras_per_batch"]
-    # sglang/srt/arg_groups/lora_hook.py:check_lora_server_args
+    # sglang/srt/arg_groups/lora_hook.py:check_lora_server_args (server_args.py before 0.5.19)
     if loaded is not None and loaded < per_batch:
         raise EngineOptionError(
             f"--max-loaded-loras ({loaded}) must be >= --max-loras-per-batch ({per_batch}): "
@@ -260,10 +410,9 @@ def _sglang_validate(options: Mapping[str, Any]) -> None:
             "--lora-target-modules: 'all' must be the only module given: sglang refuses to start")
 
 
-def _sglang_build(options: Mapping[str, Any]) -> dict[str, Any]:
+def _sglang_build(options: Mapping[str, Any], release: EngineProfile) -> dict[str, Any]:
     targets = options.get("lora_target_modules")
-    rules = ["packed-slices", "packed-ranks-uniform", "one-scaling", "cast",
-             "target-modules-list"]
+    rules = list(release.uses())
     if options.get("max_lora_rank") is None:
         rules.append("rank-from-set")
     return {
@@ -292,21 +441,36 @@ _SGLANG_RULES = (
     Rule("LG104", "the adapter's target modules, normalised (q/k/v -> qkv_proj, gate/up -> "
          "gate_up_proj), must be a subset of --lora-target-modules",
          "sglang/srt/lora/utils.py:get_normalized_target_modules; "
-         "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes"),
+         "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes",
+         uses=("packed-slices", "target-modules-list")),
     Rule("LG202", "target_modules as a string other than 'all' / 'all-linear' (a PEFT regex) "
          "fails the load", "sglang/srt/lora/utils.py:get_normalized_target_modules"),
     Rule("LG111", "the parts of one packed module (q/k/v, gate/up) must have one rank: a "
          "rank_pattern that gives them different ranks is refused when the weights are stacked",
-         "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj"),
+         "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj",
+         uses=("packed-ranks-uniform",)),
     Rule("LG112", "one scaling for the whole adapter, lora_alpha / r: use_rslora, alpha_pattern "
          "and a rank_pattern rank other than r load and serve at the wrong strength",
-         "sglang/srt/lora/lora.py:LoRAAdapter.__init__", engine_refuses=False),
+         "sglang/srt/lora/lora.py:LoRAAdapter.__init__", engine_refuses=False,
+         uses=("one-scaling",)),
     Rule("LG106", "no dtype rule: weights are copied into the pool's buffers, in the model's "
-         "dtype", "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer"),
+         "dtype", "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
+         uses=("cast",)),
     Rule("LG110", "more adapters than --max-loaded-loras are refused; --max-loras-per-batch is "
          "per batch, not a limit on the set",
          "sglang/srt/arg_groups/lora_hook.py:check_lora_server_args; "
-         "sglang/srt/managers/tokenizer_manager.py"),
+         "sglang/srt/managers/tokenizer_manager.py", since="0.5.19"),
+    Rule("LG110", "more adapters than --max-loaded-loras are refused; --max-loras-per-batch is "
+         "per batch, not a limit on the set",
+         "sglang/srt/server_args.py:ServerArgs.check_lora_server_args; "
+         "sglang/srt/managers/tokenizer_manager.py", until="0.5.19"),
+    Rule("LG104", "indexed shared-expert weights (shared_experts.<i>) are written over the "
+         "routed experts' buffers without a word", "sglang/srt/lora/mem_pool.py:"
+         "LoRAMemoryPool.load_lora_weight_to_buffer", until="0.5.23", engine_refuses=False,
+         checked=False),
+    Rule("LG104", "indexed shared-expert weights (shared_experts.<i>) are refused",
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
+         since="0.5.23", checked=False),
 )
 
 # --- PEFT ----------------------------------------------------------------------------------
@@ -317,35 +481,68 @@ _PEFT_RULES = (
          "by save_embedding_layers, once the base is resized to the adapter's tokenizer)",
          "peft/tuners/lora/model.py:LoraModel"),
     Rule("LG106", "no dtype rule: loading copies into the model's own parameters",
-         "peft/utils/save_and_load.py:set_peft_model_state_dict"),
+         "peft/utils/save_and_load.py:set_peft_model_state_dict", uses=("cast",)),
     Rule("LG116", "a PiSSA or OLoRA adapter loads back as trained: PeftModel.from_pretrained "
          "redoes the (deterministic) init on the base; pissa_niter_N (randomised SVD), CorDA and "
          "LoftQ do not come out the same and stay refused",
-         "peft/tuners/lora/layer.py:LoraLayer.update_layer"),
+         "peft/tuners/lora/layer.py:LoraLayer.update_layer", uses=("init-rerun",)),
 )
 
 
-def _peft_build(options: Mapping[str, Any]) -> dict[str, Any]:
-    return {"allow": tuple(FEATURES), "engine_rules": ("init-rerun", "cast")}
+def _peft_build(options: Mapping[str, Any], release: EngineProfile) -> dict[str, Any]:
+    return {"allow": tuple(FEATURES), "engine_rules": release.uses()}
 
+
+SPECS: Mapping[str, Engine] = {
+    "vllm": Engine("vllm", ("0.34.0", "0.33.0", "0.32.0", "0.31.0", "0.30.0", "0.29.0"),
+                   _VLLM_FLAGS, _VLLM_RULES, _vllm_build, _vllm_validate),
+    "sglang": Engine("sglang", ("0.5.23", "0.5.22", "0.5.21", "0.5.20", "0.5.19", "0.5.18",
+                                "0.5.17", "0.5.16"),
+                     _SGLANG_FLAGS, _SGLANG_RULES, _sglang_build, _sglang_validate),
+    "peft": Engine("peft", ("0.21",), (), _PEFT_RULES, _peft_build),
+}
+"""Engine -> its flags and rules, each with the releases it holds for."""
 
 ENGINES: Mapping[str, tuple[EngineProfile, ...]] = {
-    "vllm": (EngineProfile("vllm", "0.34.0", _VLLM_FLAGS, _VLLM_RULES, _vllm_build,
-                           _vllm_validate),),
-    "sglang": (EngineProfile("sglang", "0.5.23", _SGLANG_FLAGS, _SGLANG_RULES, _sglang_build,
-                             _sglang_validate),),
-    "peft": (EngineProfile("peft", "0.21", (), _PEFT_RULES, _peft_build),),
-}
-"""Engine -> its supported releases, newest first."""
+    name: tuple(spec.at(v) for v in spec.releases) for name, spec in SPECS.items()}
+"""Engine -> the profile of each supported release, newest first (views of `SPECS`)."""
 
 
-def profile(name: str, version: str | None = None) -> EngineProfile:
-    """The profile of ``name`` (``"vllm"``, ``"vllm==0.34.0"``) at ``version`` (newest if None).
+def installed_version(engine: str) -> str | None:
+    """The installed release of ``engine`` when it can be imported (its distribution's
+    metadata, without importing it), else None."""
+    if engine not in ("vllm", "sglang", "peft"):
+        return None
+    try:
+        if importlib.util.find_spec(engine) is None:
+            return None
+        return importlib.metadata.version(engine)
+    except (ImportError, ValueError, importlib.metadata.PackageNotFoundError):
+        return None
+
+
+def nearest_release(engine: str, version: str) -> str:
+    """The supported release closest to ``version``: the newest for a later one, the oldest
+    for an earlier one, else the newest at or below it."""
+    releases = SPECS[engine].releases
+    key = _version_key(version)
+    if key >= _version_key(releases[0]):
+        return releases[0]
+    return next((r for r in releases if _version_key(r) <= key), releases[-1])
+
+
+def profile(name: str, version: str | None = None, *, installed: bool = True) -> EngineProfile:
+    """The profile of ``name`` (``"vllm"``, ``"vllm==0.31.0"``) at ``version``.
+
+    Without a version: the installed release when the engine can be imported (``installed``
+    true) and is supported, the nearest supported release (with a `ReleaseWarning`) when it is
+    not, else the newest supported release. A version given that is not a supported release
+    (or a prefix of one, ``0.31``) is an `EngineOptionError` listing the range.
 
     Example:
         >>> from lora_guard._checking.engines import profile
-        >>> profile("vllm").label
-        'vllm==0.34.0'
+        >>> profile("vllm==0.31.0").label, profile("vllm", "0.33").label
+        ('vllm==0.31.0', 'vllm==0.33.0')
         >>> profile("vllm==0.1")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -355,21 +552,32 @@ def profile(name: str, version: str | None = None) -> EngineProfile:
         raise EngineOptionError(f"engine name must be a string such as 'vllm', got {name!r}")
     engine, _, pinned = name.strip().partition("==")
     engine = engine.strip().lower()
+    pinned = pinned.strip()
     if pinned and version is not None and pinned != version:
         raise EngineOptionError(f"engine {name!r} and version={version!r} disagree")
     version = version or pinned or None
-    releases = ENGINES.get(engine)
-    if releases is None:
+    spec = SPECS.get(engine)
+    if spec is None:
         raise EngineOptionError(
-            f"unknown engine {engine!r}; supported: {', '.join(sorted(ENGINES))}")
+            f"unknown engine {engine!r}; supported: {', '.join(sorted(SPECS))}")
+    releases = ENGINES[engine]
     if version is None:
-        return releases[0]
+        found = installed_version(engine) if installed and engine != "peft" else None
+        if found is None:
+            return releases[0]
+        near = nearest_release(engine, found)
+        if not any(_version_key(found) == _version_key(r) for r in spec.releases):
+            warnings.warn(
+                f"{engine} {found} is installed, outside the releases lora_guard supports "
+                f"({spec.supported_range}): checking with {engine}=={near}, the nearest; "
+                f"pin one with --engine {engine}==VERSION", ReleaseWarning, stacklevel=2)
+        return spec.at(near)
     for release in releases:
         if version in (release.version, *_prefixes(release.version)):
             return release
     raise EngineOptionError(
-        f"{engine} {version} is not a supported release; supported: "
-        f"{', '.join(r.version for r in releases)}")
+        f"{engine} {version} is not a supported release; supported: {spec.supported_range} "
+        f"({', '.join(reversed(spec.releases))})")
 
 
 def _prefixes(version: str) -> list[str]:
@@ -558,7 +766,7 @@ def limits_for_engine(name: str, *argv: str | Sequence[str], version: str | None
                 f"for_engine takes the engine's flags as strings such as '--max-lora-rank', "
                 f"'64', got {item!r}")
     resolved = resolve_options(release, flat, options)
-    kwargs = release.build(resolved)
+    kwargs = release.build(resolved, release)
     shown = {k: v for k, v in resolved.items() if k not in ("lora_modules", "lora_paths")}
     return ServingLimits(engine=release.label, engine_options=shown, base_config=base_config,
                          **kwargs)
@@ -584,10 +792,8 @@ def running_limits(engine: str, installed: str | None, *, base_config: Any = Non
         >>> limits.engine, limits.max_rank, sorted(limits.target_modules)
         ('sglang==0.5.23', 16, ['q_proj', 'v_proj'])
     """
-    try:
-        release = profile(engine, installed)
-    except EngineOptionError:
-        release = profile(engine)
+    release = profile(engine, None if installed is None else nearest_release(engine, installed),
+                      installed=False)
     given = {k: v for k, v in options.items() if v is not None}
     try:
         limits = limits_for_engine(release.label, base_config=base_config, **given)

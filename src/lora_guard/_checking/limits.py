@@ -16,7 +16,7 @@ __all__ = ["ENGINE_RULES", "ServingLimits", "limits_argument", "names", "positiv
 
 ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
                 "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
-                "target-modules-list", "plain-embeddings-refused")
+                "target-modules-list", "plain-embeddings-refused", "one-scaling-rslora")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:
@@ -143,6 +143,7 @@ class ServingLimits:
     engine_rules: Collection[str] = frozenset()
     """The engine's own rules, by name: ``packed-slices`` (a packed module and its parts
     match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112),
+    ``one-scaling-rslora`` (the same, the one scaling rsLoRA-aware: vLLM before 0.32),
     ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's),
     ``cast`` (every weight is cast to the engine's dtype: mixed dtypes serve, LG106 only for
     ``dtypes`` given), ``init-rerun`` (PEFT: loading a PiSSA/OLoRA adapter redoes its
@@ -202,8 +203,10 @@ class ServingLimits:
         """The limits of one engine release, from its own serve flags and defaults.
 
         ``name`` is ``"vllm"``, ``"sglang"`` or ``"peft"``, optionally pinned
-        (``"vllm==0.34.0"``; ``version=`` does the same); without a version the newest
-        supported release. ``argv`` are the engine's flags as on its command line
+        (``"vllm==0.31.0"``, any release of docs/engines/; ``version=`` does the same);
+        without a version the installed release when the engine can be imported (outside the
+        supported range: the nearest, with a ``ReleaseWarning``), else the newest supported
+        release. ``argv`` are the engine's flags as on its command line
         (``"--max-lora-rank", "64"``, or one list of them; flags that do not bear on LoRA are
         ignored);
         ``engine_options`` the same by their Python names (``max_lora_rank=64``), plus

@@ -36,4 +36,6 @@ def github_report(report: Report) -> str:
             lines.append(f"::error {','.join(props)}::{github_escape(body)}")
     lines += [f"::warning title=lora-guard skipped a check::{github_escape(printable(note))}"
               for note in report.skipped]
+    if lines and report.limits is not None and report.limits.engine:
+        lines.insert(0, f"::notice title=lora-guard::checked for {report.limits.engine}")
     return "\n".join(lines) + "\n" if lines else ""

@@ -73,6 +73,8 @@ def sarif_log(report: Report) -> dict[str, Any]:
         }},
         "results": _results(report),
     }
+    if report.limits is not None and report.limits.engine:
+        run["properties"] = {"engine": report.limits.engine}  # the release checked for
     if report.skipped:
         run["invocations"] = [{
             "executionSuccessful": True,

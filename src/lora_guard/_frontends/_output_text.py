@@ -117,6 +117,8 @@ def text_report(report: Report, *, quiet: bool = False, style: Style | None = No
     lines = table(rows, right={1, 5})
     failed = sum(1 for i in report.ids if report.by_adapter.get(i))
     lines.append("")
+    if report.limits is not None and report.limits.engine:
+        lines.append(f"checked for {report.limits.engine}")
     count = len(report.ids)
     lines.append(
         f"{count} adapter{'s' * (count != 1)} checked: "

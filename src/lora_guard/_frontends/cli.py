@@ -123,8 +123,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, ConfigK
                        "adapter folders (none when a serve command after -- names them)")
     served = check.add_argument_group("what the server serves")
     keys.add(served, "--engine", metavar="ENGINE[==VERSION]",
-                        help="check for this engine release: vllm, sglang or peft (newest "
-                        "supported release without ==VERSION); its own serve flags go after "
+                        help="check for this engine release: vllm, sglang or peft, e.g. "
+                        "vllm==0.31.0 (without ==VERSION: the installed release, else the "
+                        "newest supported); its own serve flags go after "
                         "--, e.g. -- --max-lora-rank 64. Or paste a whole serve command after "
                         "--: -- vllm serve MODEL --enable-lora --lora-modules a=PATH ...")
     keys.add(served, "--max-rank", type=_positive, metavar="N",
@@ -184,10 +185,11 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, ConfigK
     codes.add_argument("--format", choices=("text", "json"), default="text",
                        help="text (a table) or json (code, slug, title, summary, url)")
     doctor = commands.add_parser(
-        "doctor", help="for each installed engine: version, supported?, each hook attached",
-        description="For each installed engine (vLLM, sglang): its version, whether lora_guard "
-                    "supports it (the versions its engine tier tests), and each hook attached "
-                    "or missing. Exit 1 when a supported engine misses a hook.")
+        "doctor", help="for each installed engine (vLLM, sglang, PEFT): release, supported?, "
+                       "each hook attached",
+        description="For each installed engine (vLLM, sglang, PEFT): its version, whether "
+                    "lora_guard supports it (the versions its engine tier tests), and each "
+                    "hook attached or missing. Exit 1 when a supported engine misses a hook.")
     doctor.add_argument("--format", choices=("text", "json"), default="text",
                         help="text (one block per engine) or json")
     return parser, check, keys
@@ -483,36 +485,10 @@ def _codes(fmt: str) -> int:
     return 0
 
 
-DOCTOR_ENGINES = ("vllm", "sglang")
-
-
 def _doctor(output: str) -> int:
-    """``lora-guard doctor``: each installed engine's hooks, attached or missing."""
-    from lora_guard.integrations import get
+    from lora_guard._frontends.doctor import run
 
-    reports = {name: get(name).diagnose() for name in DOCTOR_ENGINES}  # type: ignore[attr-defined]
-    failing = [name for name, r in reports.items()
-               if r is not None and r.supported and (r.missing or r.pending)]
-    if output == "json":
-        data = {name: (None if r is None else r.as_dict()) for name, r in reports.items()}
-        sys.stdout.write(json.dumps({"engines": data, "ok": not failing}, indent=2) + "\n")
-        return 1 if failing else 0
-    lines: list[str] = []
-    for name, r in reports.items():
-        if r is None:
-            lines.append(f"{name}: not installed")
-            continue
-        state = "supported" if r.supported else "NOT supported (hooks attach only where the " \
-            "signatures match)"
-        lines.append(f"{name} {r.version}: {state}; tested: {name} {r.supported_range}")
-        lines += [f"  attached  {hook}" for hook in r.attached]
-        lines += [f"  MISSING   {hook}: {why}" for hook, why in r.missing.items()]
-        lines += [f"  pending   {module} (not imported)" for module in r.pending]
-    if failing:
-        lines.append(f"lora-guard doctor: {', '.join(failing)} supported but missing hooks: "
-                     "lora_guard does not guard those paths; report it with this output.")
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 1 if failing else 0
+    return run(output)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -93,8 +93,9 @@ class AttachReport:
     Example:
         >>> from lora_guard.integrations import get
         >>> report = get("vllm").report()
-        >>> sorted(report.as_dict())
-        ['attached', 'integration', 'missing', 'pending', 'supported', 'supported_range', 'version']
+        >>> sorted(report.as_dict())  # doctest: +NORMALIZE_WHITESPACE
+        ['attached', 'import_errors', 'integration', 'missing', 'pending', 'supported',
+         'supported_range', 'version']
     """
 
     integration: str
@@ -104,13 +105,15 @@ class AttachReport:
     attached: tuple[str, ...]
     missing: dict[str, str]
     pending: tuple[str, ...]
+    import_errors: dict[str, str] = field(default_factory=dict)
+    """Module -> why it does not import (`Integration.diagnose`): its hooks cannot attach."""
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
         return {"integration": self.integration, "version": self.version,
                 "supported": self.supported, "supported_range": self.supported_range,
                 "attached": list(self.attached), "missing": dict(self.missing),
-                "pending": list(self.pending)}
+                "pending": list(self.pending), "import_errors": dict(self.import_errors)}
 
 
 @dataclass
@@ -305,7 +308,7 @@ class Integration:
             try:
                 importlib.import_module(module)
             except Exception as exc:  # a broken or absent module: the hooks never fire
-                failed[module] = f"module {module} does not import ({type(exc).__name__}: {exc})"
+                failed[module] = f"{type(exc).__name__}: {exc}"
         was_active = self._active
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IntegrationWarning)
@@ -316,11 +319,11 @@ class Integration:
         for patch in self.patches:
             key = f"{patch.module}:{patch.path}"
             if patch.module in failed and key not in found.attached:
-                missing[key] = failed[patch.module]
+                missing[key] = f"module {patch.module} does not import ({failed[patch.module]})"
         pending = tuple(m for m in found.pending if m not in failed)
         return AttachReport(found.integration, found.version, found.supported,
                             found.supported_range, found.attached, dict(sorted(missing.items())),
-                            pending)
+                            pending, failed)
 
     def version(self) -> str | None:
         """The guarded library's version, or None when it is not imported/installed."""

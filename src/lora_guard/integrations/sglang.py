@@ -1,7 +1,8 @@
 """lora_guard in front of sglang's LoRA serving: loading, the memory pool, MoE pools, slots.
 
-Guarded (tested on sglang 0.5.23, the engine tier ``tests/engines/``; other releases get an
-`IntegrationWarning` and `lora-guard doctor` lists each hook). Every adapter is checked with
+Guarded (sglang 0.5.16 to 0.5.23, each release run by the engine tier ``tests/engines/``
+with its profile; other releases get an `IntegrationWarning` and `lora-guard doctor` lists
+each hook). Every adapter is checked with
 the one sglang profile that ``lora-guard check --engine sglang`` and
 ``ServingLimits.for_engine("sglang", ...)`` use, filled with the running server's own
 ``--max-lora-rank``, ``--lora-target-modules`` and base model, so the guard in the server and
@@ -63,7 +64,7 @@ from typing import Any
 
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_cache_entry, check_slot_maps_violations
-from .._checking.engines import running_limits
+from .._checking.engines import SPECS, running_limits
 from .._core.config import report
 from .._core.errors import LoRAGuardError, Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
@@ -452,7 +453,7 @@ _SET_LORA_PARAMS = ("self", "gate_up_lora_a_weights", "gate_up_lora_b_weights",
 INTEGRATION = Integration(
     name=name,
     distribution="sglang",
-    min_version="0.5.23",
+    min_version=SPECS["sglang"].releases[-1],
     max_version="0.5.24",
     patches=(
         Patch("sglang.srt.lora.lora_manager", "LoRAManager.validate_new_adapter",

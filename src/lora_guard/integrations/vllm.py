@@ -1,9 +1,10 @@
 """lora_guard in front of vLLM's LoRA loading and slot activation.
 
-Guarded (tested on vLLM 0.34.0, the engine tier ``tests/engines/``: ``vllm.lora.lora_model`` /
-``model_manager`` / ``worker_manager`` / ``peft_helper``; releases before 0.34 kept
-``LoRAModel`` in ``vllm.lora.models``, where these hooks would never fire, so they are left
-unpatched with an `IntegrationWarning`, and `lora-guard doctor` lists each hook):
+Guarded (vLLM 0.29.0 to 0.34.0, each release run by the engine tier ``tests/engines/``, with
+that release's profile: ``vllm.lora.lora_model`` / ``model_manager`` / ``worker_manager`` /
+``peft_helper``, where every release of the range keeps these functions with these
+parameters (``tests/engines/fingerprints/``); another release is patched where the signatures
+match, with an `IntegrationWarning`, and `lora-guard doctor` lists each hook):
 
 - ``LoRAModel.from_local_checkpoint`` (the successor of ``vllm.lora.models``'): before a
   tensor is read, the adapter's config and safetensors header go through the checker of
@@ -19,7 +20,8 @@ unpatched with an `IntegrationWarning`, and `lora-guard doctor` lists each hook)
   ``max_lora_rank`` comes from the ``WorkerLoRAManager._load_adapter`` that calls it; called
   directly (an offline tool), from the ``LoRAConfig`` its ``PEFTHelper.validate_legal`` was
   given, else the current vLLM config, else vLLM's default (16). ``modules_to_save`` of a
-  sequence-classification head only (``score``, ``classifier``) is served (vLLM 0.34 does).
+  sequence-classification head only (``score``, ``classifier``) is served (vLLM 0.31 and later
+  do, on a pooling model; 0.29 and 0.30 refuse every ``modules_to_save``).
 - ``LoRAModelManager.activate_adapter`` (and so the LRU manager's): the slot table
   ``lora_index_to_id`` against the active adapters before and after activation (LG201), and
   an activation with no free slot (LG201) instead of a bare "No free lora slots".
@@ -42,7 +44,7 @@ from typing import Any
 
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_slot_maps_violations
-from .._checking.engines import running_limits
+from .._checking.engines import SPECS, running_limits
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._reading.adapters import AdapterSpec
@@ -365,7 +367,7 @@ removal), so a table unchanged since then needs no second look."""
 INTEGRATION = Integration(
     name=name,
     distribution="vllm",
-    min_version="0.34.0",
+    min_version=SPECS["vllm"].releases[-1],
     max_version="0.34.1",
     on_uninstrument=_OFFLINE.clear,
     patches=(

@@ -57,8 +57,9 @@ def engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
                                     engine=engine))
     if "packed-ranks-uniform" in rules:
         found.extend(_packed_ranks(subject, spec.modules, engine, memo))
-    if "one-scaling" in rules:
-        found.extend(_one_scaling(subject, spec.config, spec.modules, engine))
+    if "one-scaling" in rules or "one-scaling-rslora" in rules:
+        found.extend(_one_scaling(subject, spec.config, spec.modules, engine,
+                                  rslora_aware="one-scaling-rslora" in rules))
     if "plain-embeddings-refused" in rules:
         found.extend(_plain_embeddings(subject, spec, engine))
 
@@ -96,9 +97,11 @@ def _packed_ranks(subject: str, modules: Mapping[str, LoRAModuleSpec], engine: s
 
 
 def _one_scaling(subject: str, config: Mapping[str, Any],
-                 modules: Mapping[str, LoRAModuleSpec], engine: str) -> list[Violation]:
+                 modules: Mapping[str, LoRAModuleSpec], engine: str, *,
+                 rslora_aware: bool = False) -> list[Violation]:
     """LG112: a module (with a rank) whose own rank or alpha gives another scaling than the
-    one the engine applies to every module (``lora_alpha / r``)."""
+    one the engine applies to every module (``lora_alpha / r``; ``lora_alpha / sqrt(r)`` for
+    rsLoRA where the engine reads ``use_rslora``, ``rslora_aware``)."""
     try:
         r, alpha = int(config["r"]), float(config.get("lora_alpha", 8))
     except (KeyError, TypeError, ValueError):
@@ -106,7 +109,7 @@ def _one_scaling(subject: str, config: Mapping[str, Any],
     if r <= 0:
         return []
     rslora = bool(config.get("use_rslora"))
-    served = alpha / r
+    served = _scaling(alpha, r, rslora and rslora_aware)
     ranks = config.get("rank_pattern") or {}
     alphas = config.get("alpha_pattern") or {}
     if ranks or alphas:
