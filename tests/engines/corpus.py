@@ -33,8 +33,9 @@ class Case:
     files: dict[str, str] = field(default_factory=dict)
     """Other files of the folder, name -> text (a tokenizer save's added_tokens.json)."""
 
-    def build(self, root: Path) -> Path:
-        path = h.peft_adapter(root / self.name, task_type=self.task_type,
+    def build(self, root: Path, keep: dict[str, Any] | None = None) -> Path:
+        """The adapter folder; ``keep`` receives the trained model and the base's folder."""
+        path = h.peft_adapter(root / self.name, task_type=self.task_type, keep=keep,
                               base=self.base() if self.base else None, **self.lora)
         if self.edit is not None:
             h.edit_weights(path, self.edit)

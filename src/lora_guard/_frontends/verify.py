@@ -1,0 +1,805 @@
+"""``lora-guard verify``: what the installed engine computes with an adapter, module by module.
+
+The checker reads headers and predicts; ``verify`` measures. It builds the installed engine's own
+model and LoRA layers on the CPU (vLLM's CPU punica wrapper, sglang's ``torch_native`` backend),
+loads the adapter through the engine's own loader, and runs every LoRA-wrapped module of the
+engine (every layer's projections, the embeddings, lm_head) on the same inputs as PEFT's own
+LoRA layers reloaded from the adapter's files, in prefill and in decode. Each module is then
+*as trained* (within `TOLERANCE` of PEFT), *base* (the engine ignores the adapter there), or
+*differs*, with how (scaled by x, an offset such as a dropped bias, other).
+
+The base model's weights are read lazily from its safetensors files, one engine module at a
+time, and released after it (the engine's and PEFT's models are built without their weights),
+so the memory it needs is about one module's weights, the embedding and lm_head being the
+largest, plus the adapter.
+
+Example (needs the engine installed; see docs/guides/verify.md)::
+
+    lora-guard verify ./adapters/math --engine sglang --base ./models/llama-3-8b
+
+    >>> from lora_guard._frontends.verify import classify
+    >>> import torch
+    >>> base = torch.zeros(2, 3); peft = torch.ones(2, 3)
+    >>> classify(peft * 0.5, peft, base)
+    ('differs', 'scaled by 0.5')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import importlib.util
+import json
+import math
+import os
+import socket
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+TOLERANCE = 1e-4
+"""A module serves *as trained* when the largest difference from PEFT's output is at most this
+fraction of the adapter's effect there (the largest ``|PEFT - base|``), or of the output's
+magnitude where the adapter changes nothing (fp32 on both sides: the rest is summation order)."""
+
+ENGINES = ("vllm", "sglang")
+PHASES = ("prefill", "decode")
+_TOKENS = 8
+_SEED = 0
+
+
+class Refused(Exception):
+    """The engine's loader refused the adapter (its own message)."""
+
+
+class VerifyError(Exception):
+    """``verify`` cannot run: ``code`` names why, the message says what to do (exit 2)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"[{code}] {message}")
+        self.code = code
+
+
+# --- results --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleResult:
+    """One PEFT module inside one engine module, in one phase."""
+
+    module: str
+    """The engine's module, e.g. ``model.layers.0.self_attn.qkv_proj``."""
+    part: str
+    """PEFT's module whose output slice this is, e.g. ``model.layers.0.self_attn.q_proj``."""
+    phase: str
+    verdict: str
+    """``as trained``, ``base`` (the engine ignores the adapter here) or ``differs``."""
+    how: str
+    """For ``differs``: ``scaled by X``, ``offset (a bias) differs by X``, ``max diff X``."""
+    effect: float
+    """The adapter's effect here: the largest ``|PEFT - base|``."""
+    diff: float
+    """The largest ``|engine - PEFT|``."""
+
+
+@dataclass(frozen=True)
+class Report:
+    engine: str
+    version: str
+    adapter: str
+    results: tuple[ModuleResult, ...]
+    refused: str = ""
+    """The engine's own refusal to load the adapter (then ``results`` is empty)."""
+
+    @property
+    def verdict(self) -> str:
+        """``refused``, ``as trained`` (every module), ``base`` (every module the adapter
+        changes is served as the base) or ``differs``."""
+        if self.refused:
+            return "refused"
+        if all(r.verdict == "as trained" for r in self.results):
+            return "as trained"
+        changed = [r for r in self.results if r.effect > 0]
+        if changed and all(r.verdict == "base" for r in changed
+                           if r.verdict != "as trained" or r.effect > 0):
+            return "base"
+        return "differs"
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, scale: float) -> bool:
+    return float((a - b).abs().max()) <= TOLERANCE * max(scale, 1e-6)
+
+
+def classify(engine: torch.Tensor, peft: torch.Tensor, base: torch.Tensor) -> tuple[str, str]:
+    """``(verdict, how)`` for one output: the engine's, PEFT's and the base's (no adapter)."""
+    engine, peft, base = (t.detach().double() for t in (engine, peft, base))
+    effect = float((peft - base).abs().max())
+    magnitude = float(peft.abs().max())
+    if _close(engine, peft, effect if effect > 0 else magnitude):
+        return "as trained", ""
+    if _close(engine, base, effect):
+        return "base", "the adapter is not applied"
+    served, trained = engine - base, peft - base
+    norm = float((trained * trained).sum())
+    if norm > 0:
+        scale = float((served * trained).sum()) / norm
+        if _close(served, trained * scale, effect * max(abs(scale), 1.0)):
+            return "differs", f"scaled by {scale:.4g}"
+    offset = engine - peft
+    if offset.dim() >= 2 and offset.shape[0] > 1 and _close(offset, offset[:1].expand_as(offset),
+                                                            effect):
+        return "differs", (f"offset (a bias) differs by up to "
+                           f"{float(offset[0].abs().max()):.3g}")
+    return "differs", f"max diff {float(offset.abs().max()):.3g} (effect {effect:.3g})"
+
+
+# --- the base's weights, read lazily ---------------------------------------------------------
+
+
+class BaseWeights:
+    """A base model folder's tensors by name, read one at a time from its safetensors files."""
+
+    def __init__(self, folder: Path) -> None:
+        from safetensors import safe_open
+
+        self.folder = folder
+        self._open = safe_open
+        index = folder / "model.safetensors.index.json"
+        self.where: dict[str, Path] = {}
+        if index.is_file():
+            mapping = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+            self.where = {name: folder / file for name, file in mapping.items()}
+        else:
+            for file in sorted(folder.glob("*.safetensors")):
+                with safe_open(str(file), framework="pt") as f:
+                    self.where.update(dict.fromkeys(f.keys(), file))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.where
+
+    def get(self, name: str, dtype: torch.dtype) -> torch.Tensor:
+        with self._open(str(self.where[name]), framework="pt") as f:
+            return f.get_tensor(name).to(dtype)
+
+
+def _check_base(base: Path) -> Any:
+    if not (base / "config.json").is_file():
+        raise VerifyError("base-missing", f"{base} has no config.json: --base takes the base "
+                          "model's folder (config.json and *.safetensors), as the engine serves "
+                          "it; download it first, e.g. huggingface-cli download MODEL --local-dir "
+                          "DIR")
+    if not any(base.glob("*.safetensors")):
+        raise VerifyError("base-weights-missing", f"{base} has no *.safetensors weights: verify "
+                          "runs the base's modules and needs its weights (.bin checkpoints: "
+                          "convert them to safetensors first)")
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(str(base))
+
+
+# --- CPU set-up shared by both engines ----------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cpu_shims() -> None:
+    """What the engines' LoRA modules need on a CPU, and nothing on a GPU machine.
+
+    sglang pins small host tensors (``pin_memory=True``, ``.pin_memory()``), which torch refuses
+    without an accelerator: the flag is dropped (pinning changes where a host tensor lives,
+    never its values). sglang imports ``torchvision.transforms.InterpolationMode`` at module
+    level: where torchvision is absent, a stand-in with that enum only is registered, after
+    transformers has recorded torchvision as absent.
+    """
+    if torch.cuda.is_available():
+        return
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    if importlib.util.find_spec("torchvision") is None and "torchvision" not in sys.modules:
+        from transformers.utils import import_utils
+
+        import_utils.is_torchvision_available()
+        vision = types.ModuleType("torchvision")
+        transforms = types.ModuleType("torchvision.transforms")
+
+        functional = types.ModuleType("torchvision.transforms.functional")
+
+        class InterpolationMode(enum.Enum):
+            NEAREST = "nearest"
+            NEAREST_EXACT = "nearest-exact"
+            BILINEAR = "bilinear"
+            BICUBIC = "bicubic"
+            BOX = "box"
+            HAMMING = "hamming"
+            LANCZOS = "lanczos"
+
+        functional.InterpolationMode = InterpolationMode  # type: ignore[attr-defined]
+        transforms.InterpolationMode = InterpolationMode  # type: ignore[attr-defined]
+        transforms.functional = functional  # type: ignore[attr-defined]
+        vision.transforms = transforms  # type: ignore[attr-defined]
+        vision.__version__ = "0.0.0+lora-guard-stand-in"  # type: ignore[attr-defined]
+        for module in (vision, transforms):
+            module.__path__ = []  # type: ignore[attr-defined]  # a package
+        sys.modules.update({"torchvision": vision, "torchvision.transforms": transforms,
+                            "torchvision.transforms.functional": functional})
+    if getattr(torch, "_lora_guard_tier_no_pin", False):
+        return
+
+    def no_pin(factory: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(factory)
+        def make(*args: Any, **kwargs: Any) -> Any:
+            kwargs.pop("pin_memory", None)
+            return factory(*args, **kwargs)
+        return make
+
+    for name in ("tensor", "arange", "zeros", "empty", "ones", "full"):
+        setattr(torch, name, no_pin(getattr(torch, name)))
+    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+    torch._lora_guard_tier_no_pin = True  # type: ignore[attr-defined]
+
+
+@dataclass
+class EngineModule:
+    name: str
+    kind: str  # "linear", "embedding", "lm_head"
+    parts: tuple[tuple[str, int], ...]
+    """PEFT's modules in the engine module's output, in order, with their output sizes."""
+    module: Any
+
+
+def _release(module: Any) -> None:
+    """Drop a module's base weights (loaded for one measurement) to keep memory bounded."""
+    for param in module.parameters(recurse=True):
+        if param.numel() and param.dtype.is_floating_point and param.dim() >= 1:
+            param.data = torch.empty(0, dtype=param.dtype)
+
+
+_PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+"""The engines' stacked modules of the Llama family, where a model class does not say."""
+
+
+def _packed(model: Any) -> dict[str, list[str]]:
+    mapping = getattr(model, "packed_modules_mapping", None) or _PACKED
+    return {k: list(v) for k, v in mapping.items()}
+
+
+def _parts(name: str, module: Any, packed: dict[str, list[str]],
+           sizes: Callable[[str], int]) -> tuple[tuple[str, int], ...]:
+    head, _, leaf = name.rpartition(".")
+    members = [leaf]
+    if leaf in packed:
+        try:
+            sizes(name)  # the transformers model has the packed module itself (Phi-3)
+        except AttributeError:
+            members = packed[leaf]
+    return tuple((f"{head}.{m}" if head else m, sizes(f"{head}.{m}" if head else m))
+                 for m in members)
+
+
+# --- sglang -----------------------------------------------------------------------------------
+
+
+class SglangEngine:
+    """sglang's model and ``LoRAManager(lora_backend="torch_native")`` on the CPU."""
+
+    name = "sglang"
+
+    def __init__(self, base: Path, config: Any, adapter: Path, *, max_rank: int,
+                 dtype: torch.dtype) -> None:
+        _cpu_shims()
+        import sglang
+        from sglang.srt.configs.load_config import LoadConfig
+        from sglang.srt.distributed import parallel_state
+        from sglang.srt.runtime_context import get_parallel
+        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+
+        self.version = sglang.__version__
+        args = ServerArgs(model_path=str(base), device="cpu", enable_lora=True,
+                          max_lora_rank=max_rank, lora_target_modules=["all"],
+                          lora_backend="torch_native")
+        set_global_server_args_for_scheduler(args)
+        get_parallel().override_permanently(
+            tp_rank=0, pp_rank=0, attn_cp_rank=0, moe_dp_rank=0, moe_ep_rank=0, moe_tp_rank=0,
+            attn_tp_rank=0, attn_dp_rank=0)
+        if not parallel_state.model_parallel_is_initialized():
+            parallel_state.init_distributed_environment(
+                world_size=1, rank=0, local_rank=0, backend="gloo",
+                distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+            parallel_state.initialize_model_parallel(backend="gloo")
+        from sglang.srt.lora import lora_manager, lora_registry
+
+        cls = _sglang_model_class(config)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            self.model = cls(config, quant_config=None)
+        finally:
+            torch.set_default_dtype(previous)
+        self.manager = lora_manager.LoRAManager(
+            self.model, config, max_loras_per_batch=2, load_config=LoadConfig(), dtype=dtype,
+            server_args=args, lora_backend="torch_native", max_lora_rank=max_rank,
+            target_modules={"all"}, lora_paths=None)
+        self.uid = "verify"
+        ref = lora_registry.LoRARef(lora_id=self.uid, lora_name=self.uid,
+                                    lora_path=str(adapter), pinned=False)
+        try:
+            result = self.manager.load_lora_adapter(ref)
+            if not result.success:
+                raise Refused(result.error_message or "(an empty error message)")
+            self.manager.fetch_new_loras({self.uid, None})  # the memory pool admits it
+        except Refused:
+            raise
+        except Exception as exc:
+            raise Refused(f"{type(exc).__name__}: {exc}") from exc
+
+    def modules(self, sizes: Callable[[str], int]) -> list[EngineModule]:
+        packed = _packed(self.model)
+        out = []
+        if self.manager.embed_tokens_module is not None:
+            name = _find(self.model, self.manager.embed_tokens_module)
+            out.append(EngineModule(name, "embedding", ((name, 0),),
+                                    self.manager.embed_tokens_module))
+        for layer in self.manager.lora_modules:
+            for name, module in layer.items():
+                out.append(EngineModule(name, "linear", _parts(name, module, packed, sizes),
+                                        module))
+        if self.manager.lm_head_module is not None:
+            name = _find(self.model, self.manager.lm_head_module)
+            out.append(EngineModule(name, "lm_head", ((name, 0),), self.manager.lm_head_module))
+        return out
+
+    def load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        self.model.load_weights(iter(weights))
+
+    def run(self, module: EngineModule, x: torch.Tensor, phase: str, adapter: bool) -> Any:
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+        n = x.shape[0]
+        uid = self.uid if adapter else None
+        if phase == "prefill":  # one request of n tokens
+            ids, mode, lens = [uid], ForwardMode.EXTEND, [n]
+        else:  # n requests of one token each
+            ids, mode, lens = [uid] * n, ForwardMode.DECODE, [1] * n
+        batch = types.SimpleNamespace(
+            lora_ids=ids, forward_mode=mode, batch_size=len(ids),
+            extend_seq_lens=torch.tensor(lens, dtype=torch.int32), extend_seq_lens_cpu=lens,
+            extend_num_tokens=n, can_run_decode_cuda_graph=False, spec_info=None)
+        self.manager.prepare_lora_batch(batch)
+        out = module.module(x)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def _sglang_model_class(config: Any) -> Any:
+    """sglang's class for the base's architecture: its module by ``model_type`` first (the
+    registry imports every model sglang has, which takes minutes on a CPU)."""
+    import importlib
+
+    wanted = list(getattr(config, "architectures", None) or [])
+    with contextlib.suppress(ImportError):
+        module = importlib.import_module(f"sglang.srt.models.{config.model_type}")
+        entries = getattr(module, "EntryClass", [])
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if entry.__name__ in wanted:
+                return entry
+    from sglang.srt.models.registry import ModelRegistry
+
+    return ModelRegistry.resolve_model_cls(wanted)[0]
+
+
+def _find(model: Any, target: Any) -> str:
+    for name, module in model.named_modules():
+        if module is target:
+            return name
+    raise LookupError("module not found")
+
+
+# --- vLLM -------------------------------------------------------------------------------------
+
+
+class VllmEngine:
+    """vLLM's model and ``LRUCacheWorkerLoRAManager`` on the CPU (its CPU punica wrapper)."""
+
+    name = "vllm"
+    _distributed = False
+
+    def __init__(self, base: Path, config: Any, adapter: Path, *, max_rank: int,
+                 dtype: torch.dtype) -> None:
+        _cpu_shims()
+        from vllm.platforms import current_platform
+
+        # vLLM's CPU platform refuses to configure itself without its compiled kernels; the
+        # LoRA path used here runs on torch ops (vllm/lora/ops/torch_ops).
+        type(current_platform).check_and_update_config = classmethod(  # type: ignore
+            lambda cls, config: None)
+        import vllm
+        from vllm.config import (
+            DeviceConfig,
+            LoRAConfig,
+            ModelConfig,
+            VllmConfig,
+            set_current_vllm_config,
+        )
+        from vllm.lora import worker_manager
+        from vllm.lora.request import LoRARequest
+
+        self.version = vllm.__version__
+        lora_config = LoRAConfig(max_lora_rank=max_rank, max_loras=1, lora_dtype=dtype)
+        model_config = ModelConfig(model=str(base), tokenizer=None, skip_tokenizer_init=True,
+                                   dtype=dtype)
+        self.config = VllmConfig(model_config=model_config, lora_config=lora_config,
+                                 device_config=DeviceConfig(device="cpu"))
+        self._current = set_current_vllm_config
+        with set_current_vllm_config(self.config):
+            if not VllmEngine._distributed:
+                from vllm.distributed import (
+                    ensure_model_parallel_initialized,
+                    init_distributed_environment,
+                    model_parallel_is_initialized,
+                )
+                if not model_parallel_is_initialized():
+                    init_distributed_environment(
+                        world_size=1, rank=0, local_rank=0, backend="gloo",
+                        distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+                    ensure_model_parallel_initialized(1, 1)
+                VllmEngine._distributed = True
+            from vllm.model_executor.models import ModelRegistry
+
+            cls, _ = ModelRegistry.resolve_model_cls(config.architectures, model_config)
+            previous = torch.get_default_dtype()
+            torch.set_default_dtype(dtype)
+            try:
+                self.model = cls(vllm_config=self.config)
+            finally:
+                torch.set_default_dtype(previous)
+            for module in self.model.modules():  # the base GEMM hook (set with vllm._C)
+                if hasattr(module, "quant_method") and not hasattr(module, "cpu_linear"):
+                    module.cpu_linear = torch.nn.functional.linear
+            self.worker = worker_manager.LRUCacheWorkerLoRAManager(
+                self.config, torch.device("cpu"), getattr(self.model, "embedding_modules", {}))
+            self.worker.create_lora_manager(self.model, self.config)
+            try:
+                self.worker.add_adapter(LoRARequest("verify", 1, str(adapter)))
+            except Exception as exc:
+                raise Refused(f"{type(exc).__name__}: {exc}") from exc
+        self.lora_id = 1
+
+    def modules(self, sizes: Callable[[str], int]) -> list[EngineModule]:
+        from vllm.lora.layers import BaseLayerWithLoRA, LogitsProcessorWithLoRA
+
+        packed = _packed(self.model)
+        out = []
+        for name, module in self.model.named_modules():
+            if isinstance(module, LogitsProcessorWithLoRA):
+                head = name.rpartition(".")[0]
+                lm = f"{head}.lm_head" if head else "lm_head"
+                out.append(EngineModule(lm, "lm_head", ((lm, 0),), module))
+            elif isinstance(module, BaseLayerWithLoRA):
+                kind = "embedding" if "embed" in name else "linear"
+                parts = ((name, 0),) if kind == "embedding" else _parts(name, module, packed,
+                                                                          sizes)
+                out.append(EngineModule(name, kind, parts, module))
+        order = {"embedding": 0, "linear": 1, "lm_head": 2}
+        return sorted(out, key=lambda m: order[m.kind])
+
+    def load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        with self._current(self.config):
+            self.model.load_weights(iter(weights))
+
+    def run(self, module: EngineModule, x: torch.Tensor, phase: str, adapter: bool) -> Any:
+        from vllm.lora.layers import LoRAMapping
+        from vllm.lora.request import LoRARequest
+
+        n = x.shape[0]
+        index = self.lora_id if adapter else 0
+        prompts = 1 if phase == "prefill" else n
+        mapping = LoRAMapping((index,) * n, (index,) * prompts, is_prefill=phase == "prefill")
+        requests = {LoRARequest("verify", 1, "")} if adapter else set()
+        with self._current(self.config):
+            if adapter:
+                self.worker._adapter_manager.activate_adapter(self.lora_id)
+            self.worker._adapter_manager.set_adapter_mapping(mapping)
+            del requests
+            if module.kind == "lm_head":
+                lm_head = self.model.get_submodule(module.name)
+                return module.module(lm_head, x)
+            out = module.module(x)
+        return out[0] if isinstance(out, tuple) else out
+
+
+# --- PEFT, from the adapter's files, on a model without weights ------------------------------
+
+
+class PeftReference:
+    """PEFT's LoRA layers reloaded from the adapter's files (``PeftModel.from_pretrained``)
+    over the base model built on the meta device: its base weights are set one module at a
+    time from the base's files (`materialise`), then released."""
+
+    def __init__(self, adapter: Path, config: Any, dtype: torch.dtype,
+                 model: Any = None) -> None:
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        self.lazy = model is None
+        if model is None:
+            with torch.device("meta"):
+                base = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+            model = PeftModel.from_pretrained(base, str(adapter), low_cpu_mem_usage=True)
+        self.model = model.eval()
+        self.inner = model.get_base_model()
+
+    def module(self, name: str) -> Any:
+        return self.inner.get_submodule(name)
+
+    def out_size(self, name: str) -> int:
+        module = self.module(name)
+        base = getattr(module, "base_layer", module)
+        return int(getattr(base, "out_features", 0) or getattr(base, "embedding_dim", 0))
+
+    def materialise(self, names: Sequence[str], weights: BaseWeights,
+                    dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
+        """Set the meta base parameters of ``names`` from the base's files; returns the base
+        tensors read (for the engine)."""
+        read: list[tuple[str, torch.Tensor]] = []
+        for name in names:
+            module = self.module(name)
+            for pname, param in list(module.named_parameters()):
+                key = _base_key(name, pname)
+                if key not in weights:
+                    continue
+                tensor = weights.get(key, dtype)
+                read.append((key, tensor))
+                if self.lazy and param.is_meta:
+                    _set_param(module, pname, tensor)
+        return read
+
+    def release(self, names: Sequence[str]) -> None:
+        if not self.lazy:
+            return
+        for name in names:
+            module = self.module(name)
+            for pname, param in list(module.named_parameters()):
+                if _base_key(name, pname) and not ("lora_" in pname or "modules_to_save" in pname
+                                                   or "token_adapter" in pname):
+                    if not param.is_meta and param.dim() >= 1:
+                        _set_param(module, pname, torch.empty(param.shape, device="meta",
+                                                              dtype=param.dtype))
+
+    def run(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out = self.module(name)(x)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def _base_key(module: str, pname: str) -> str:
+    """The base checkpoint's name of a PEFT module's base parameter (``base_layer.weight`` ->
+    ``module.weight``), or ``""`` for the adapter's own parameters."""
+    if any(s in pname for s in ("lora_", "modules_to_save", "token_adapter", "trainable")):
+        return ""
+    parts = [p for p in pname.split(".") if p not in ("base_layer", "original_module")]
+    return ".".join([module, *parts])
+
+
+def _set_param(module: Any, pname: str, tensor: torch.Tensor) -> None:
+    owner_name, _, leaf = pname.rpartition(".")
+    owner = module.get_submodule(owner_name) if owner_name else module
+    owner._parameters[leaf] = torch.nn.Parameter(tensor, requires_grad=False)
+
+
+# --- the measurement --------------------------------------------------------------------------
+
+
+def _inputs(kind: str, width: int, vocab: int, dtype: torch.dtype,
+            tokens: Sequence[int]) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(_SEED)
+    if kind == "embedding":
+        picked = list(dict.fromkeys([*tokens, *torch.randint(
+            0, vocab, (_TOKENS,), generator=generator).tolist()]))
+        return torch.tensor([t for t in picked if 0 <= t < vocab], dtype=torch.long)
+    return torch.randn(_TOKENS, width, generator=generator).to(dtype)
+
+
+def _in_width(module: EngineModule, config: Any) -> int:
+    base = getattr(module.module, "base_layer", module.module)
+    for attr in ("input_size", "in_features", "embedding_dim"):
+        value = getattr(base, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return int(config.hidden_size)
+
+
+def _key_names(module: EngineModule, peft: PeftReference) -> list[str]:
+    names = [p for p, _ in module.parts]
+    if module.kind == "lm_head" and getattr(peft.inner.config, "tie_word_embeddings", False):
+        names.append(names[0].replace("lm_head", "model.embed_tokens"))
+    return names
+
+
+def measure(engine: Any, peft: PeftReference, weights: BaseWeights, config: Any, *,
+            dtype: torch.dtype, tokens: Sequence[int] = (),
+            references: Sequence[tuple[str, PeftReference]] = (),
+            progress: Callable[[int, int, str], None] | None = None,
+            ) -> dict[str, list[ModuleResult]]:
+    """Every engine module of ``engine`` against ``peft`` (and any other ``references``, e.g.
+    PEFT as trained): ``{reference name: results}``, ``"files"`` for ``peft``."""
+    everyone = [("files", peft), *references]
+    modules = engine.modules(peft.out_size)
+    found: dict[str, list[ModuleResult]] = {label: [] for label, _ in everyone}
+    vocab = int(config.vocab_size)
+    for count, module in enumerate(modules):
+        if progress is not None:
+            progress(count, len(modules), module.name)
+        names = [p for p, _ in module.parts]
+        read = peft.materialise(_key_names(module, peft), weights, dtype)
+        for _, ref in references:
+            ref.materialise(names, weights, dtype)
+        engine.load(read)
+        width = _in_width(module, config)
+        x = _inputs(module.kind, width, vocab, dtype, tokens)
+        for phase in PHASES:
+            with torch.no_grad():
+                served = engine.run(module, x, phase, True).float()
+                plain = engine.run(module, x, phase, False).float()
+            for label, ref in everyone:
+                outputs = [ref.run(name, x).float() for name in names]
+                trained = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]
+                trained = trained[..., : served.shape[-1]]
+                start = 0
+                for (name, _), out in zip(module.parts, outputs, strict=True):
+                    size = out.shape[-1]
+                    cut = slice(start, start + size)
+                    start += size
+                    verdict, how = classify(served[..., cut], trained[..., cut], plain[..., cut])
+                    found[label].append(ModuleResult(
+                        module=module.name, part=name, phase=phase, verdict=verdict, how=how,
+                        effect=float((trained[..., cut] - plain[..., cut]).abs().max()),
+                        diff=float((served[..., cut] - trained[..., cut]).abs().max())))
+        _release(module.module)
+        peft.release(_key_names(module, peft))
+    if progress is not None:
+        progress(len(modules), len(modules), "")
+    return found
+
+
+def _max_rank(adapter: Path) -> int:
+    config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    ranks = [int(config.get("r") or 8), *(int(r) for r in
+                                          (config.get("rank_pattern") or {}).values())]
+    return max(8, *ranks)
+
+
+_ENGINE_CLASSES: dict[str, Callable[..., Any]] = {"sglang": SglangEngine, "vllm": VllmEngine}
+
+
+def check_can_run(adapter: Path, engine: str, base: Path) -> Any:
+    """Refuse early, before anything heavy is imported: a missing adapter, base or engine."""
+    if engine not in ENGINES:
+        raise VerifyError("engine-unknown", f"--engine takes one of {', '.join(ENGINES)}, "
+                          f"not {engine!r}")
+    if not (adapter / "adapter_config.json").is_file():
+        raise VerifyError("adapter-missing", f"{adapter} has no adapter_config.json: give the "
+                          "adapter's folder (PEFT's save_pretrained output)")
+    for needed in ("peft", "transformers", "safetensors", engine):
+        if importlib.util.find_spec(needed) is None:
+            extra = (f"pip install {engine} (the release you serve)" if needed == engine
+                     else f"pip install {needed}")
+            raise VerifyError("engine-missing" if needed == engine else "peft-missing",
+                              f"verify runs {engine}'s own LoRA layers and PEFT's, and "
+                              f"{needed} is not installed in this environment: {extra}, or run "
+                              "verify where the server runs")
+    return _check_base(base)
+
+
+def verify(adapter: Path, *, engine: str, base: Path, dtype: torch.dtype = torch.float32,
+           progress: Callable[[int, int, str], None] | None = None) -> Report:
+    """Run ``engine``'s own LoRA layers with ``adapter`` on ``base`` and PEFT's, module by
+    module (see the module docstring); raises `VerifyError` when it cannot run."""
+    config = check_can_run(adapter, engine, base)
+    torch.manual_seed(_SEED)
+    try:
+        served = _ENGINE_CLASSES[engine](base, config, adapter, max_rank=_max_rank(adapter),
+                                         dtype=dtype)
+    except Refused as exc:  # the engine's own refusal of the adapter
+        return Report(engine, _version(engine), str(adapter), (), str(exc))
+    peft = PeftReference(adapter, config, dtype)
+    found = measure(served, peft, BaseWeights(base), config, dtype=dtype,
+                    tokens=_adapter_tokens(adapter), progress=progress)
+    return Report(engine, served.version, str(adapter), tuple(found["files"]))
+
+
+def _version(engine: str) -> str:
+    with contextlib.suppress(Exception):
+        from importlib.metadata import version
+
+        return version(engine)
+    return "?"
+
+
+def _adapter_tokens(adapter: Path) -> list[int]:
+    """Token ids the adapter trains (trainable tokens), to be among the embedding's inputs."""
+    config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    indices = config.get("trainable_token_indices") or []
+    if isinstance(indices, dict):
+        return sorted({int(i) for v in indices.values() for i in v})
+    return [int(i) for i in indices]
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def summarise(report: Report) -> list[str]:
+    """The report as lines: one per module that is not as trained, then the verdict."""
+    lines = [f"lora-guard verify: {report.adapter} on {report.engine} {report.version}"]
+    if report.refused:
+        lines.append(f"  the engine refuses to load it: {report.refused}")
+        lines.append("verdict: refused (the engine does not serve it)")
+        return lines
+    by_part: dict[tuple[str, str], list[ModuleResult]] = {}
+    for r in report.results:
+        by_part.setdefault((r.part, r.verdict + r.how.split(" (")[0]), []).append(r)
+    shown = 0
+    for r in report.results:
+        if r.verdict == "as trained" or r.phase != "prefill":
+            continue
+        phases = sorted({x.phase for x in report.results if x.part == r.part
+                         and x.verdict == r.verdict})
+        how = f": {r.how}" if r.how else ""
+        lines.append(f"  {r.part:<48} {r.verdict}{how} ({', '.join(phases)})")
+        shown += 1
+    good = len({r.part for r in report.results if r.verdict == "as trained"} -
+               {r.part for r in report.results if r.verdict != "as trained"})
+    total = len({r.part for r in report.results})
+    lines.append(f"verdict: {report.verdict} ({good} of {total} modules as trained, prefill "
+                 f"and decode; tolerance {TOLERANCE:g} of the adapter's effect)")
+    return lines
+
+
+def _bar(stream: TextIO) -> Callable[[int, int, str], None]:
+    start = time.monotonic()
+    tty = stream.isatty()
+
+    def show(done: int, total: int, name: str) -> None:
+        if not tty and done not in (0, total):
+            return
+        filled = int(30 * done / max(total, 1))
+        text = (f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} modules "
+                f"{time.monotonic() - start:5.1f}s {name[:40]:<40}")
+        stream.write(text if tty else text.strip("\r") + "\n")
+        if done == total and tty:
+            stream.write("\n")
+        stream.flush()
+    return show
+
+
+def run(adapter: str, *, engine: str, base: str, out: TextIO, err: TextIO,
+        progress: bool = True, as_json: bool = False) -> int:
+    """``lora-guard verify``: 0 as trained, 1 differs/base/refused; `VerifyError` -> exit 2."""
+    report = verify(Path(adapter), engine=engine, base=Path(base),
+                    progress=_bar(err) if progress else None)
+    if as_json:
+        out.write(json.dumps({
+            "adapter": report.adapter, "engine": report.engine, "version": report.version,
+            "verdict": report.verdict, "refused": report.refused, "tolerance": TOLERANCE,
+            "modules": [r.__dict__ for r in report.results]}, indent=1) + "\n")
+    else:
+        out.write("\n".join(summarise(report)) + "\n")
+    return 0 if report.verdict == "as trained" else 1
+
+
+def _unused() -> Iterator[None]:  # pragma: no cover - keeps math imported for typing tools
+    yield None if math.pi else None
+
+
+with contextlib.suppress(Exception):
+    del _unused
+_ = tempfile
