@@ -118,8 +118,13 @@ def _close(a: torch.Tensor, b: torch.Tensor, scale: float) -> bool:
     return float((a - b).abs().max()) <= TOLERANCE * max(scale, 1e-6)
 
 
-def classify(engine: torch.Tensor, peft: torch.Tensor, base: torch.Tensor) -> tuple[str, str]:
-    """``(verdict, how)`` for one output: the engine's, PEFT's and the base's (no adapter)."""
+def classify(engine: torch.Tensor, peft: torch.Tensor, base: torch.Tensor,
+             scales: dict[str, float] | None = None) -> tuple[str, str]:
+    """``(verdict, how)`` for one output: the engine's, PEFT's and the base's (no adapter).
+
+    ``scales`` names the strengths an engine could serve instead of PEFT's (e.g. ``{"rsLoRA
+    ignored (alpha/r)": 0.354}``): a scaled delta that matches one is named by it.
+    """
     engine, peft, base = (t.detach().double() for t in (engine, peft, base))
     effect = float((peft - base).abs().max())
     magnitude = float(peft.abs().max())
@@ -132,7 +137,9 @@ def classify(engine: torch.Tensor, peft: torch.Tensor, base: torch.Tensor) -> tu
     if norm > 0:
         scale = float((served * trained).sum()) / norm
         if _close(served, trained * scale, effect * max(abs(scale), 1.0)):
-            return "differs", f"scaled by {scale:.4g}"
+            named = [name for name, value in (scales or {}).items()
+                     if abs(value - scale) <= 1e-3 * max(abs(value), 1e-6)]
+            return "differs", f"scaled by {scale:.4g}" + (f": {named[0]}" if named else "")
     offset = engine - peft
     if offset.dim() >= 2 and offset.shape[0] > 1 and _close(offset, offset[:1].expand_as(offset),
                                                             effect):
@@ -296,7 +303,9 @@ class SglangEngine:
     name = "sglang"
 
     def __init__(self, base: Path, config: Any, adapter: Path, *, max_rank: int,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, target_modules: set[str] | None = None) -> None:
+        """``target_modules``: ``--lora-target-modules``; None: sglang's default, inferred
+        from the adapter given at start-up (``--lora-paths``)."""
         _cpu_shims()
         import sglang
         from sglang.srt.configs.load_config import LoadConfig
@@ -308,7 +317,13 @@ class SglangEngine:
         args = ServerArgs(model_path=str(base), device="cpu", enable_lora=True,
                           max_lora_rank=max_rank, lora_target_modules=["all"],
                           lora_backend="torch_native")
-        set_global_server_args_for_scheduler(args)
+        from sglang.srt.runtime_context import get_server_args
+
+        current = None
+        with contextlib.suppress(Exception):
+            current = get_server_args()
+        if current is None or not getattr(current, "enable_lora", False):
+            set_global_server_args_for_scheduler(args)  # a scheduler's process-wide args
         get_parallel().override_permanently(
             tp_rank=0, pp_rank=0, attn_cp_rank=0, moe_dp_rank=0, moe_ep_rank=0, moe_tp_rank=0,
             attn_tp_rank=0, attn_dp_rank=0)
@@ -326,17 +341,19 @@ class SglangEngine:
             self.model = cls(config, quant_config=None)
         finally:
             torch.set_default_dtype(previous)
-        self.manager = lora_manager.LoRAManager(
-            self.model, config, max_loras_per_batch=2, load_config=LoadConfig(), dtype=dtype,
-            server_args=args, lora_backend="torch_native", max_lora_rank=max_rank,
-            target_modules={"all"}, lora_paths=None)
         self.uid = "verify"
         ref = lora_registry.LoRARef(lora_id=self.uid, lora_name=self.uid,
                                     lora_path=str(adapter), pinned=False)
         try:
-            result = self.manager.load_lora_adapter(ref)
-            if not result.success:
-                raise Refused(result.error_message or "(an empty error message)")
+            self.manager = lora_manager.LoRAManager(
+                self.model, config, max_loras_per_batch=2, load_config=LoadConfig(),
+                dtype=dtype, server_args=args, lora_backend="torch_native",
+                max_lora_rank=max_rank, target_modules=target_modules,
+                lora_paths=[ref] if target_modules is None else None)
+            if target_modules is not None:
+                result = self.manager.load_lora_adapter(ref)
+                if not result.success:
+                    raise Refused(result.error_message or "(an empty error message)")
             self.manager.fetch_new_loras({self.uid, None})  # the memory pool admits it
         except Refused:
             raise
@@ -346,17 +363,19 @@ class SglangEngine:
     def modules(self, sizes: Callable[[str], int]) -> list[EngineModule]:
         packed = _packed(self.model)
         out = []
-        if self.manager.embed_tokens_module is not None:
-            name = _find(self.model, self.manager.embed_tokens_module)
-            out.append(EngineModule(name, "embedding", ((name, 0),),
-                                    self.manager.embed_tokens_module))
+        # the embeddings and lm_head run wrapped or not: an adapter that trains them (saved
+        # copies, token deltas) is served by them either way
+        embed = self.manager.embed_tokens_module or self.model.get_input_embeddings()
+        name = _find(self.model, embed)
+        out.append(EngineModule(name, "embedding", ((name, 0),), embed))
         for layer in self.manager.lora_modules:
             for name, module in layer.items():
                 out.append(EngineModule(name, "linear", _parts(name, module, packed, sizes),
                                         module))
-        if self.manager.lm_head_module is not None:
-            name = _find(self.model, self.manager.lm_head_module)
-            out.append(EngineModule(name, "lm_head", ((name, 0),), self.manager.lm_head_module))
+        head = self.manager.lm_head_module or getattr(self.model, "lm_head", None)
+        if head is not None:
+            name = _find(self.model, head)
+            out.append(EngineModule(name, "lm_head", ((name, 0),), head))
         return out
 
     def load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
@@ -376,6 +395,8 @@ class SglangEngine:
             extend_seq_lens=torch.tensor(lens, dtype=torch.int32), extend_seq_lens_cpu=lens,
             extend_num_tokens=n, can_run_decode_cuda_graph=False, spec_info=None)
         self.manager.prepare_lora_batch(batch)
+        if module.kind == "lm_head" and not hasattr(module.module, "lora_backend"):
+            return torch.nn.functional.linear(x, module.module.weight)  # as the logits do
         out = module.module(x)
         return out[0] if isinstance(out, tuple) else out
 
@@ -498,18 +519,15 @@ class VllmEngine:
 
     def run(self, module: EngineModule, x: torch.Tensor, phase: str, adapter: bool) -> Any:
         from vllm.lora.layers import LoRAMapping
-        from vllm.lora.request import LoRARequest
 
         n = x.shape[0]
         index = self.lora_id if adapter else 0
         prompts = 1 if phase == "prefill" else n
         mapping = LoRAMapping((index,) * n, (index,) * prompts, is_prefill=phase == "prefill")
-        requests = {LoRARequest("verify", 1, "")} if adapter else set()
         with self._current(self.config):
             if adapter:
                 self.worker._adapter_manager.activate_adapter(self.lora_id)
             self.worker._adapter_manager.set_adapter_mapping(mapping)
-            del requests
             if module.kind == "lm_head":
                 lm_head = self.model.get_submodule(module.name)
                 return module.module(lm_head, x)
@@ -522,21 +540,45 @@ class VllmEngine:
 
 class PeftReference:
     """PEFT's LoRA layers reloaded from the adapter's files (``PeftModel.from_pretrained``)
-    over the base model built on the meta device: its base weights are set one module at a
-    time from the base's files (`materialise`), then released."""
+    over the base model built without its weights (allocated, never written: no memory is
+    used until a module's weights are set). `materialise` sets one module's base weights from
+    the base's files; `release` drops them again. ``model``: a PEFT model in memory instead
+    (PEFT as trained), whose weights are all there."""
 
     def __init__(self, adapter: Path, config: Any, dtype: torch.dtype,
                  model: Any = None) -> None:
-        from peft import PeftModel
-        from transformers import AutoModelForCausalLM
-
+        self.adapter_config = json.loads(
+            (adapter / "adapter_config.json").read_text(encoding="utf-8"))
         self.lazy = model is None
+        self.from_adapter: set[str] = set()
         if model is None:
+            from peft import PeftConfig, PeftModel
+            from transformers import AutoModelForCausalLM
+
             with torch.device("meta"):
-                base = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
-            model = PeftModel.from_pretrained(base, str(adapter), low_cpu_mem_usage=True)
+                base = AutoModelForCausalLM.from_config(config, dtype=dtype)
+            base.to_empty(device="cpu")
+            peft_config = PeftConfig.from_pretrained(str(adapter))
+            if isinstance(getattr(peft_config, "init_lora_weights", True), str):
+                # PiSSA, OLoRA, LoftQ: their init rewrites the base in training; what the
+                # files hold is served on the base given, as PEFT loads them there
+                peft_config.init_lora_weights = True
+            model = PeftModel.from_pretrained(base, str(adapter), config=peft_config)
         self.model = model.eval()
         self.inner = model.get_base_model()
+        if self.lazy:  # base parameters PEFT set from the adapter's files (bias="all", ...)
+            from safetensors import safe_open
+
+            params = {_base_key("", n).lstrip("."): p for n, p in
+                      self.inner.named_parameters()}
+            for file in adapter.glob("adapter_model.safetensors"):
+                with safe_open(str(file), framework="pt") as f:
+                    for k in f.keys():
+                        key = k.removeprefix("base_model.model.")
+                        param = params.get(key)
+                        if param is not None and param.shape == f.get_slice(k).get_shape() \
+                                and torch.equal(param.detach(), f.get_tensor(k).to(param.dtype)):
+                            self.from_adapter.add(key)
 
     def module(self, name: str) -> Any:
         return self.inner.get_submodule(name)
@@ -546,34 +588,34 @@ class PeftReference:
         base = getattr(module, "base_layer", module)
         return int(getattr(base, "out_features", 0) or getattr(base, "embedding_dim", 0))
 
+    def _base_params(self, name: str) -> Iterator[tuple[str, Any]]:
+        for pname, param in self.module(name).named_parameters():
+            key = _base_key(name, pname)
+            if key and key not in self.from_adapter:
+                yield key, param
+
     def materialise(self, names: Sequence[str], weights: BaseWeights,
                     dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
-        """Set the meta base parameters of ``names`` from the base's files; returns the base
-        tensors read (for the engine)."""
+        """Set the base parameters of ``names`` from the base's files (where the adapter does
+        not hold them); returns the base tensors read (for the engine)."""
         read: list[tuple[str, torch.Tensor]] = []
         for name in names:
-            module = self.module(name)
-            for pname, param in list(module.named_parameters()):
-                key = _base_key(name, pname)
+            for key, param in self._base_params(name):
                 if key not in weights:
                     continue
                 tensor = weights.get(key, dtype)
                 read.append((key, tensor))
-                if self.lazy and param.is_meta:
-                    _set_param(module, pname, tensor)
+                if self.lazy:
+                    with torch.no_grad():
+                        param.data.copy_(tensor)
         return read
 
     def release(self, names: Sequence[str]) -> None:
         if not self.lazy:
             return
         for name in names:
-            module = self.module(name)
-            for pname, param in list(module.named_parameters()):
-                if _base_key(name, pname) and not ("lora_" in pname or "modules_to_save" in pname
-                                                   or "token_adapter" in pname):
-                    if not param.is_meta and param.dim() >= 1:
-                        _set_param(module, pname, torch.empty(param.shape, device="meta",
-                                                              dtype=param.dtype))
+            for _, param in self._base_params(name):
+                param.data = torch.empty(param.shape, dtype=param.dtype)
 
     def run(self, name: str, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
@@ -584,16 +626,11 @@ class PeftReference:
 def _base_key(module: str, pname: str) -> str:
     """The base checkpoint's name of a PEFT module's base parameter (``base_layer.weight`` ->
     ``module.weight``), or ``""`` for the adapter's own parameters."""
-    if any(s in pname for s in ("lora_", "modules_to_save", "token_adapter", "trainable")):
+    if any(s in pname for s in ("lora_", "modules_to_save", "trainable_tokens")):
         return ""
-    parts = [p for p in pname.split(".") if p not in ("base_layer", "original_module")]
-    return ".".join([module, *parts])
-
-
-def _set_param(module: Any, pname: str, tensor: torch.Tensor) -> None:
-    owner_name, _, leaf = pname.rpartition(".")
-    owner = module.get_submodule(owner_name) if owner_name else module
-    owner._parameters[leaf] = torch.nn.Parameter(tensor, requires_grad=False)
+    parts = [p for p in pname.split(".")
+             if p not in ("base_layer", "original_module", "token_adapter")]
+    return ".".join([module, *parts]) if module else ".".join(parts)
 
 
 # --- the measurement --------------------------------------------------------------------------
@@ -633,6 +670,7 @@ def measure(engine: Any, peft: PeftReference, weights: BaseWeights, config: Any,
     """Every engine module of ``engine`` against ``peft`` (and any other ``references``, e.g.
     PEFT as trained): ``{reference name: results}``, ``"files"`` for ``peft``."""
     everyone = [("files", peft), *references]
+    adapter_config = peft.adapter_config
     modules = engine.modules(peft.out_size)
     found: dict[str, list[ModuleResult]] = {label: [] for label, _ in everyone}
     vocab = int(config.vocab_size)
@@ -659,7 +697,8 @@ def measure(engine: Any, peft: PeftReference, weights: BaseWeights, config: Any,
                     size = out.shape[-1]
                     cut = slice(start, start + size)
                     start += size
-                    verdict, how = classify(served[..., cut], trained[..., cut], plain[..., cut])
+                    verdict, how = classify(served[..., cut], trained[..., cut],
+                                            plain[..., cut], alternatives(adapter_config, name))
                     found[label].append(ModuleResult(
                         module=module.name, part=name, phase=phase, verdict=verdict, how=how,
                         effect=float((trained[..., cut] - plain[..., cut]).abs().max()),
@@ -669,6 +708,37 @@ def measure(engine: Any, peft: PeftReference, weights: BaseWeights, config: Any,
     if progress is not None:
         progress(len(modules), len(modules), "")
     return found
+
+
+def alternatives(adapter_config: dict[str, Any], part: str) -> dict[str, float]:
+    """The strengths, relative to PEFT's, that an engine serving ``part`` by another rule would
+    apply: rsLoRA read as plain LoRA, ``alpha_pattern`` or ``rank_pattern`` not read."""
+    def pick(pattern: dict[str, Any], default: float) -> float:
+        for key, value in (pattern or {}).items():
+            if part == key or part.endswith("." + key) or part.split(".")[-1] == key:
+                return float(value)
+        return default
+
+    r = pick(adapter_config.get("rank_pattern") or {}, float(adapter_config.get("r") or 8))
+    alpha = pick(adapter_config.get("alpha_pattern") or {},
+                 float(adapter_config.get("lora_alpha") or 8))
+    rs = bool(adapter_config.get("use_rslora"))
+
+    def strength(r_: float, alpha_: float, rs_: bool) -> float:
+        return alpha_ / (math.sqrt(r_) if rs_ else r_)
+
+    peft = strength(r, alpha, rs)
+    out = {}
+    if rs:
+        out["rsLoRA ignored (alpha/r)"] = strength(r, alpha, False) / peft
+    base_r = float(adapter_config.get("r") or 8)
+    base_alpha = float(adapter_config.get("lora_alpha") or 8)
+    if alpha != base_alpha:
+        out["alpha_pattern ignored"] = strength(r, base_alpha, rs) / peft
+    if r != base_r:
+        out["rank_pattern ignored (alpha/r of the config's r)"] = strength(base_r, alpha,
+                                                                          rs) / peft
+    return out
 
 
 def _max_rank(adapter: Path) -> int:

@@ -1,0 +1,147 @@
+"""Serving equivalence: what the real engine computes with each corpus adapter, measured.
+
+For every corpus adapter and each engine, the engine's own model and LoRA layers are built on
+the CPU over the base the adapter was trained on (its weights saved as served, loaded through
+the engine's ``load_weights``), the adapter goes through the engine's own loader, and every
+LoRA-wrapped module of the engine (each layer's projections, the embeddings, lm_head) runs in
+prefill and in decode, beside PEFT's LoRA layers *as trained* (the model in memory after
+training) and *reloaded* from the files (``PeftModel.from_pretrained``). The machinery is
+``lora-guard verify``'s (`lora_guard._frontends.verify`), so the tier also tests that command.
+
+Each adapter is then, against PEFT as trained:
+
+- ``as trained``: every module within ``verify.TOLERANCE`` of PEFT;
+- ``base``: the engine serves the base where the adapter changes something (ignored);
+- ``other``: naming what it matches instead (scaled by x: rsLoRA ignored, an offset: a bias
+  dropped, ...);
+- ``refused``: the engine does not load it (nothing served);
+- ``by source`` where a module forward cannot see the difference (tokenizer, classifier
+  heads, towers): `BY_SOURCE`, each with its citation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import _harness as h
+import corpus
+import torch
+
+from lora_guard._frontends import verify
+
+BY_SOURCE: dict[str, str] = {
+    "seq-cls-score": "the trained `score` head is a classifier, outside the causal LM's "
+                     "modules (sglang `lora_manager.py` wraps decoder modules, embed_tokens and "
+                     "lm_head only)",
+    "added-tokens": "the tokenizer, not a module: vLLM tokenizes with the base tokenizer "
+                    "(`vllm/lora/worker_manager.py` reads no added_tokens.json)",
+    "vision-tower": "a tower the text model does not have: no module to run "
+                    "(`LoRAModel.from_local_checkpoint` keeps the weights, no layer uses them)",
+}
+"""Cases whose difference lies outside every module forward: the table cites the source."""
+
+
+ANOTHER_BASE = {"other-base-hidden", "other-base-vocab", "packed-qkv"}
+"""Cases trained on another base on purpose: served on the tier's tiny Llama, like every
+server of the tables; the others are served on the base they were trained on."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    case: str
+    verdict: str  # as trained / base / other / refused / by source
+    detail: str
+    files: str  # the same summary against PEFT reloaded from the files
+    results: tuple[verify.ModuleResult, ...] = ()
+
+    @property
+    def column(self) -> str:
+        text = self.verdict + (f": {self.detail}" if self.detail else "")
+        if self.files and self.files != self.verdict:
+            text += f" (PEFT reloaded from the files: {self.files})"
+        return text
+
+
+def summarise(results: list[verify.ModuleResult]) -> tuple[str, str]:
+    """An adapter's verdict and detail from its modules' results (both phases)."""
+    off = [r for r in results if r.verdict != "as trained"]
+    if not off:
+        return "as trained", ""
+    changed = [r for r in results if r.effect > 0]
+    parts = sorted({r.part.split(".")[-1] for r in off})
+    layers = sorted({r.part for r in off})
+    if all(r.verdict == "base" for r in off):
+        verdict = "base" if {r.part for r in changed} <= {r.part for r in off} else "other"
+        return verdict, (f"adapter ignored at {len(layers)} module(s) "
+                         f"({', '.join(parts)})")
+    hows = sorted({r.how.split(" (")[0] if r.how.startswith("max diff") else
+                   _rounded(r.how) for r in off})
+    return "other", f"{', '.join(parts)}: {'; '.join(hows)}"
+
+
+def _rounded(how: str) -> str:
+    if how.startswith("offset"):
+        return "an offset: a bias differs"
+    return how
+
+
+def measure_case(engine: str, case: corpus.Case, root: Path) -> Measured:
+    if case.name in BY_SOURCE:
+        return Measured(case.name, "by source", BY_SOURCE[case.name], "")
+    keep: dict[str, Any] = {}
+    path = case.build(root / "adapters", keep=keep)
+    base: Path = keep["base"]
+    if case.name in ANOTHER_BASE:  # served on the tier's base, as the table's servers do
+        base = h.vllm_base_dir(root / "served")
+        if not list(base.glob("*.safetensors")):
+            from transformers import AutoModelForCausalLM
+
+            torch.manual_seed(0)
+            AutoModelForCausalLM.from_config(h.llama_config()).save_pretrained(str(base))
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(base))
+    dtype = torch.float32
+    options: dict[str, Any] = {"target_modules": set(corpus.ALL)} if engine == "sglang" else {}
+    try:
+        served = verify._ENGINE_CLASSES[engine](base, config, path, max_rank=16, dtype=dtype,
+                                                **options)
+    except verify.Refused as exc:
+        return Measured(case.name, "refused", h_short(str(exc)), "")
+    references: list[tuple[str, verify.PeftReference]] = []
+    try:
+        files: verify.PeftReference | None = verify.PeftReference(path, config, dtype)
+    except Exception as exc:  # PEFT itself cannot reload these files
+        files, files_said = None, f"PEFT cannot reload it ({type(exc).__name__})"
+    if case.name in ANOTHER_BASE:
+        if files is None:
+            return Measured(case.name, "other", "trained on another base: PEFT cannot load "
+                            "it on the served base either", files_said)
+        trained = files
+    else:
+        trained = verify.PeftReference(path, config, dtype, model=keep["model"])
+    primary = files if files is not None else trained
+    if files is not None:
+        references.append(("trained", trained))
+    found = verify.measure(served, primary, verify.BaseWeights(base), config, dtype=dtype,
+                           tokens=verify._adapter_tokens(path), references=references)
+    as_trained = found["trained"] if files is not None else found["files"]
+    verdict, detail = summarise(as_trained)
+    if files is not None:
+        files_verdict, files_detail = summarise(found["files"])
+        files_said = files_verdict + (f": {files_detail}" if files_detail != detail else "")
+    return Measured(case.name, verdict, detail, files_said, tuple(as_trained))
+
+
+def h_short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+def measure_all(engine: str, root: Path) -> dict[str, Measured]:
+    return {case.name: measure_case(engine, case, root / case.name) for case in corpus.CASES}
+
+
+_ = h
