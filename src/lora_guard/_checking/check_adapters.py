@@ -49,7 +49,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
                 "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
-                "target-modules-list", "plain-embeddings-refused")
+                "target-modules-list", "plain-embeddings-refused", "bias-by-tensors")
 _RERUN_INITS = ("pissa", "olora")  # deterministic: PEFT's loading rewrites the base again
 """Version of `Report.to_dict`'s JSON schema; bumped only on an incompatible change."""
 
@@ -1208,6 +1208,9 @@ def _feature_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
             continue
         if name in limits.allow:
             continue
+        if name == "bias" and "bias-by-tensors" in limits.engine_rules and "bias" not in \
+                spec.extra_keys.values():
+            continue  # the engine ignores the flag: no bias tensor saved, none is dropped
         if name == "added_tokens":
             found.extend(_added_tokens(subject, value, limits, vocab))
             continue

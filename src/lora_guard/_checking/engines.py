@@ -263,7 +263,7 @@ def _sglang_validate(options: Mapping[str, Any]) -> None:
 def _sglang_build(options: Mapping[str, Any]) -> dict[str, Any]:
     targets = options.get("lora_target_modules")
     rules = ["packed-slices", "packed-ranks-uniform", "one-scaling", "cast",
-             "target-modules-list"]
+             "target-modules-list", "bias-by-tensors"]
     if options.get("max_lora_rank") is None:
         rules.append("rank-from-set")
     return {
@@ -283,7 +283,9 @@ _SGLANG_RULES = (
          "sglang/srt/lora/lora_config.py:LoRAConfig.__init__; "
          "sglang/srt/lora/lora_manager.py:LoRAManager.validate_new_adapter"),
     Rule("LG105", "ignores bias, lora_bias, modules_to_save (lm_head too), aLoRA, "
-         "layer_replication and QALoRA: such adapters load and serve wrongly",
+         "layer_replication and QALoRA: such adapters load and serve wrongly; bias only where "
+         "bias tensors are saved (bias=\"all\" on a base without biases saves none and serves "
+         "as trained, measured by the engine tier's equivalence tests)",
          "sglang/srt/lora/lora.py:LoRAAdapter.initialize_weights", engine_refuses=False),
     Rule("LG116", "PiSSA, OLoRA, CorDA and LoftQ initialisations are not read: such an "
          "adapter (not converted to plain LoRA) serves on the original base weights it no "
