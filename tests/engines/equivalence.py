@@ -39,6 +39,9 @@ BY_SOURCE: dict[str, str] = {
                     "(`vllm/lora/worker_manager.py` reads no added_tokens.json)",
     "vision-tower": "a tower the text model does not have: no module to run "
                     "(`LoRAModel.from_local_checkpoint` keeps the weights, no layer uses them)",
+    "loftq": "LoftQ's init trains on a quantised residual of the base (bitsandbytes), which "
+             "the tier cannot build on a CPU: the case carries the config flag over plain "
+             "LoRA weights (sglang `lora_config.py` does not read `init_lora_weights`)",
 }
 """Cases whose difference lies outside every module forward: the table cites the source."""
 
@@ -64,9 +67,11 @@ class Measured:
         return text
 
 
-def summarise(results: list[verify.ModuleResult]) -> tuple[str, str]:
-    """An adapter's verdict and detail from its modules' results (both phases)."""
-    off = [r for r in results if r.verdict != "as trained"]
+def summarise(results: list[verify.ModuleResult], rounding: float = 0.0) -> tuple[str, str]:
+    """An adapter's verdict and detail from its modules' results (both phases); ``rounding``:
+    the relative error the adapter's saved dtype explains (fp16/bf16 files of an fp32 fit)."""
+    off = [r for r in results if r.verdict != "as trained"
+           and not (r.how.startswith("max diff") and r.diff <= rounding * r.effect)]
     if not off:
         return "as trained", ""
     changed = [r for r in results if r.effect > 0]
@@ -128,7 +133,14 @@ def measure_case(engine: str, case: corpus.Case, root: Path) -> Measured:
     found = verify.measure(served, primary, verify.BaseWeights(base), config, dtype=dtype,
                            tokens=verify._adapter_tokens(path), references=references)
     as_trained = found["trained"] if files is not None else found["files"]
-    verdict, detail = summarise(as_trained)
+    from safetensors import safe_open
+
+    with safe_open(str(path / "adapter_model.safetensors"), framework="pt") as f:
+        saved = {f.get_slice(k).get_dtype() for k in f.keys()}  # noqa: SIM118
+    rounding = 8 * max([torch.finfo(t).eps for t in (torch.float16, torch.bfloat16)
+                        if str(t).split(".")[1].replace("bfloat16", "BF16").replace(
+                            "float16", "F16") in saved] or [0.0])
+    verdict, detail = summarise(as_trained, rounding)
     if files is not None:
         files_verdict, files_detail = summarise(found["files"])
         files_said = files_verdict + (f": {files_detail}" if files_detail != detail else "")
@@ -144,4 +156,45 @@ def measure_all(engine: str, root: Path) -> dict[str, Measured]:
     return {case.name: measure_case(engine, case, root / case.name) for case in corpus.CASES}
 
 
-_ = h
+def table(engine: str, version: str, found: dict[str, Measured],
+          checker: dict[str, tuple[str, ...]]) -> str:
+    """The measured column of the engine's table (its own block of the page)."""
+    counts: dict[str, int] = {}
+    for m in found.values():
+        counts[m.verdict] = counts.get(m.verdict, 0) + 1
+    lines = [f"{engine} {version}, measured: {len(found)} adapters; " + ", ".join(
+        f"{n} {v}" for v, n in sorted(counts.items())) + ".", "",
+        "| adapter | check --engine | measured (against PEFT as trained) |", "|---|---|---|"]
+    for name, m in found.items():
+        codes = checker.get(name, ())
+        check = "refuses (" + ", ".join(codes) + ")" if codes else "accepts"
+        lines.append(f"| `{name}` | {check} | {m.column.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def check_tier(engine: str, version: str, root: Path) -> dict[str, Measured]:
+    """The equivalence tier's assertions for ``engine`` (each engine's test module calls it).
+
+    - every engine-silent row of the agreement table is measured (served other than as
+      trained, or the base) or cited by source;
+    - no adapter that ``check --engine`` refuses is measured as trained (an over-flag), except
+      a case that cannot be measured here (`BY_SOURCE`);
+    - the page's measured block is current.
+    """
+    import agreement
+
+    found = measure_all(engine, root)
+    base_config = h.vllm_base_dir(root / "checker-base") / "config.json"
+    checker: dict[str, tuple[str, ...]] = {}
+    for case in corpus.CASES:
+        path = root / case.name / "adapters" / case.name
+        checker[case.name] = agreement.check_verdict(engine, path, base_config)[1]
+    unmeasured = [n for n in agreement.SILENT[engine]
+                  if found[n].verdict in ("as trained", "refused")]
+    assert unmeasured == [], f"engine-silent rows the measurement does not show: {unmeasured}"
+    over = [n for n, codes in checker.items() if codes and found[n].verdict == "as trained"]
+    assert over == [], f"lora_guard refuses these, the engine serves them as trained: {over}"
+    block = table(engine, version, found, checker)
+    stale = agreement.check_page(f"{engine} measured", block)
+    assert stale is None, stale
+    return found

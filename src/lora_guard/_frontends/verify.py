@@ -35,7 +35,6 @@ import math
 import os
 import socket
 import sys
-import tempfile
 import time
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -174,10 +173,11 @@ class BaseWeights:
 
     def get(self, name: str, dtype: torch.dtype) -> torch.Tensor:
         with self._open(str(self.where[name]), framework="pt") as f:
-            return f.get_tensor(name).to(dtype)
+            tensor: torch.Tensor = f.get_tensor(name).to(dtype)
+            return tensor
 
 
-def _check_base(base: Path) -> Any:
+def _check_base_files(base: Path) -> None:
     if not (base / "config.json").is_file():
         raise VerifyError("base-missing", f"{base} has no config.json: --base takes the base "
                           "model's folder (config.json and *.safetensors), as the engine serves "
@@ -187,9 +187,6 @@ def _check_base(base: Path) -> Any:
         raise VerifyError("base-weights-missing", f"{base} has no *.safetensors weights: verify "
                           "runs the base's modules and needs its weights (.bin checkpoints: "
                           "convert them to safetensors first)")
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(str(base))
 
 
 # --- CPU set-up shared by both engines ----------------------------------------------------------
@@ -237,7 +234,7 @@ def _cpu_shims() -> None:
         vision.transforms = transforms  # type: ignore[attr-defined]
         vision.__version__ = "0.0.0+lora-guard-stand-in"  # type: ignore[attr-defined]
         for module in (vision, transforms):
-            module.__path__ = []  # type: ignore[attr-defined]  # a package
+            module.__path__ = []  # a package
         sys.modules.update({"torchvision": vision, "torchvision.transforms": transforms,
                             "torchvision.transforms.functional": functional})
     if getattr(torch, "_lora_guard_tier_no_pin", False):
@@ -421,7 +418,7 @@ def _sglang_model_class(config: Any) -> Any:
 def _find(model: Any, target: Any) -> str:
     for name, module in model.named_modules():
         if module is target:
-            return name
+            return str(name)
     raise LookupError("module not found")
 
 
@@ -441,7 +438,7 @@ class VllmEngine:
 
         # vLLM's CPU platform refuses to configure itself without its compiled kernels; the
         # LoRA path used here runs on torch ops (vllm/lora/ops/torch_ops).
-        type(current_platform).check_and_update_config = classmethod(  # type: ignore
+        type(current_platform).check_and_update_config = classmethod(
             lambda cls, config: None)
         import vllm
         from vllm.config import (
@@ -556,7 +553,7 @@ class PeftReference:
             from transformers import AutoModelForCausalLM
 
             with torch.device("meta"):
-                base = AutoModelForCausalLM.from_config(config, dtype=dtype)
+                base = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
             base.to_empty(device="cpu")
             peft_config = PeftConfig.from_pretrained(str(adapter))
             if isinstance(getattr(peft_config, "init_lora_weights", True), str):
@@ -573,7 +570,7 @@ class PeftReference:
                       self.inner.named_parameters()}
             for file in adapter.glob("adapter_model.safetensors"):
                 with safe_open(str(file), framework="pt") as f:
-                    for k in f.keys():
+                    for k in f.keys():  # noqa: SIM118 - a safetensors file, no __iter__
                         key = k.removeprefix("base_model.model.")
                         param = params.get(key)
                         if param is not None and param.shape == f.get_slice(k).get_shape() \
@@ -620,7 +617,8 @@ class PeftReference:
     def run(self, name: str, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             out = self.module(name)(x)
-        return out[0] if isinstance(out, tuple) else out
+        result: torch.Tensor = out[0] if isinstance(out, tuple) else out
+        return result
 
 
 def _base_key(module: str, pname: str) -> str:
@@ -759,6 +757,7 @@ def check_can_run(adapter: Path, engine: str, base: Path) -> Any:
     if not (adapter / "adapter_config.json").is_file():
         raise VerifyError("adapter-missing", f"{adapter} has no adapter_config.json: give the "
                           "adapter's folder (PEFT's save_pretrained output)")
+    _check_base_files(base)
     for needed in ("peft", "transformers", "safetensors", engine):
         if importlib.util.find_spec(needed) is None:
             extra = (f"pip install {engine} (the release you serve)" if needed == engine
@@ -767,7 +766,9 @@ def check_can_run(adapter: Path, engine: str, base: Path) -> Any:
                               f"verify runs {engine}'s own LoRA layers and PEFT's, and "
                               f"{needed} is not installed in this environment: {extra}, or run "
                               "verify where the server runs")
-    return _check_base(base)
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(str(base))
 
 
 def verify(adapter: Path, *, engine: str, base: Path, dtype: torch.dtype = torch.float32,
@@ -864,12 +865,3 @@ def run(adapter: str, *, engine: str, base: str, out: TextIO, err: TextIO,
     else:
         out.write("\n".join(summarise(report)) + "\n")
     return 0 if report.verdict == "as trained" else 1
-
-
-def _unused() -> Iterator[None]:  # pragma: no cover - keeps math imported for typing tools
-    yield None if math.pi else None
-
-
-with contextlib.suppress(Exception):
-    del _unused
-_ = tempfile
