@@ -31,22 +31,28 @@ import torch
 
 from lora_guard._frontends import verify
 
-BY_SOURCE: dict[str, str] = {
-    "seq-cls-score": "the trained `score` head is a classifier, outside the causal LM's "
-                     "modules (sglang `lora_manager.py` wraps decoder modules, embed_tokens and "
-                     "lm_head only)",
-    "added-tokens": "the tokenizer, not a module: vLLM tokenizes with the base tokenizer "
-                    "(`vllm/lora/worker_manager.py` reads no added_tokens.json)",
-    "vision-tower": "a tower the text model does not have: no module to run "
-                    "(`LoRAModel.from_local_checkpoint` keeps the weights, no layer uses them)",
-    "loftq": "LoftQ's init trains on a quantised residual of the base (bitsandbytes), which "
-             "the tier cannot build on a CPU: the case carries the config flag over plain "
-             "LoRA weights (sglang `lora_config.py` does not read `init_lora_weights`)",
+BY_SOURCE: dict[str, dict[str, str]] = {
+    "sglang": {
+        "seq-cls-score": "the trained `score` head is a classifier's, outside the causal LM "
+                         "sglang serves (`sglang/srt/lora/lora_manager.py:init_lora_modules` "
+                         "wraps decoder modules, embed_tokens and lm_head only)",
+        "loftq": "LoftQ's init trains on a quantised residual of the base (bitsandbytes), "
+                 "which the tier cannot build on a CPU: the case carries the config flag over "
+                 "plain LoRA weights (`sglang/srt/lora/lora_config.py` does not read "
+                 "`init_lora_weights`)",
+    },
+    "vllm": {
+        "added-tokens": "the tokenizer, not a module: requests are tokenized with the base "
+                        "tokenizer (`vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint` "
+                        "reads no added_tokens.json)",
+        "vision-tower": "a tower the text model does not have: no module runs those weights "
+                        "(`vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint` keeps them)",
+    },
 }
 """Cases whose difference lies outside every module forward: the table cites the source."""
 
 
-ANOTHER_BASE = {"other-base-hidden", "other-base-vocab", "packed-qkv"}
+ANOTHER_BASE = {"other-base-hidden", "other-base-vocab", "packed-qkv", "seq-cls-score"}
 """Cases trained on another base on purpose: served on the tier's tiny Llama, like every
 server of the tables; the others are served on the base they were trained on."""
 
@@ -81,8 +87,12 @@ def summarise(results: list[verify.ModuleResult], rounding: float = 0.0) -> tupl
         verdict = "base" if {r.part for r in changed} <= {r.part for r in off} else "other"
         return verdict, (f"adapter ignored at {len(layers)} module(s) "
                          f"({', '.join(parts)})")
-    hows = sorted({r.how.split(" (")[0] if r.how.startswith("max diff") else
-                   _rounded(r.how) for r in off})
+    hows = sorted({_rounded(r.how) for r in off if not r.how.startswith("max diff")})
+    diffs = [r for r in off if r.how.startswith("max diff")]
+    if diffs:  # the largest relative difference speaks for them
+        worst = max(diffs, key=lambda r: r.diff / max(r.effect, 1e-12))
+        hows.append(f"differs by up to {worst.diff:.3g} (the adapter's effect there: "
+                    f"{worst.effect:.3g})")
     return "other", f"{', '.join(parts)}: {'; '.join(hows)}"
 
 
@@ -93,10 +103,10 @@ def _rounded(how: str) -> str:
 
 
 def measure_case(engine: str, case: corpus.Case, root: Path) -> Measured:
-    if case.name in BY_SOURCE:
-        return Measured(case.name, "by source", BY_SOURCE[case.name], "")
     keep: dict[str, Any] = {}
     path = case.build(root / "adapters", keep=keep)
+    if case.name in BY_SOURCE[engine]:  # engines that accept these: the table's rows
+        return Measured(case.name, "by source", BY_SOURCE[engine][case.name], "")
     base: Path = keep["base"]
     if case.name in ANOTHER_BASE:  # served on the tier's base, as the table's servers do
         base = h.vllm_base_dir(root / "served")
@@ -143,13 +153,15 @@ def measure_case(engine: str, case: corpus.Case, root: Path) -> Measured:
     verdict, detail = summarise(as_trained, rounding)
     if files is not None:
         files_verdict, files_detail = summarise(found["files"])
-        files_said = files_verdict + (f": {files_detail}" if files_detail != detail else "")
+        files_said = files_verdict + (f": {files_detail}" if files_detail and (
+            files_detail, files_verdict) != (detail, verdict) else "")
     return Measured(case.name, verdict, detail, files_said, tuple(as_trained))
 
 
 def h_short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= 70 else text[:67] + "..."
+    import agreement
+
+    return agreement._short(text, 70)
 
 
 def measure_all(engine: str, root: Path) -> dict[str, Measured]:
