@@ -52,12 +52,11 @@ def build(root: Path, dtype: str) -> tuple[Path, dict[str, Path]]:
     config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
                          max_position_embeddings=256, tie_word_embeddings=False,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                         torch_dtype=getattr(torch, dtype))
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0)
     torch.manual_seed(0)
     base_dir = root / "base"
-    AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype)).save_pretrained(
-        str(base_dir))
+    model: Any = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+    model.to(getattr(torch, dtype)).save_pretrained(str(base_dir))
     adapters = {}
     for seed, (name, options) in enumerate(ADAPTERS.items(), start=1):
         torch.manual_seed(seed)
@@ -78,8 +77,8 @@ def peft_top(base_dir: Path, adapter: Path, dtype: str) -> list[dict[int, float]
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=getattr(torch, dtype))
-    model = PeftModel.from_pretrained(model, str(adapter)).to("cuda").eval()
+    base: Any = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=getattr(torch, dtype))
+    model = PeftModel.from_pretrained(base, str(adapter)).to("cuda").eval()
     out = []
     with torch.no_grad():
         for prompt in PROMPTS:

@@ -27,6 +27,7 @@ Example (needs the engine installed; see docs/guides/verify.md)::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import importlib.util
@@ -97,18 +98,23 @@ class Report:
     results: tuple[ModuleResult, ...]
     refused: str = ""
     """The engine's own refusal to load the adapter (then ``results`` is empty)."""
+    unloadable: str = ""
+    """PEFT's own refusal to load the adapter's files (then ``results`` is empty)."""
 
     @property
     def verdict(self) -> str:
-        """``refused``, ``as trained`` (every module), ``base`` (every module the adapter
-        changes is served as the base) or ``differs``."""
+        """``refused`` (by the engine), ``unloadable`` (by PEFT), ``as trained`` (every
+        module), ``base`` (every module the adapter changes is served as the base) or
+        ``differs``."""
         if self.refused:
             return "refused"
-        if all(r.verdict == "as trained" for r in self.results):
+        if self.unloadable:
+            return "unloadable"
+        off = [r for r in self.results if r.verdict != "as trained"]
+        if not off:
             return "as trained"
-        changed = [r for r in self.results if r.effect > 0]
-        if changed and all(r.verdict == "base" for r in changed
-                           if r.verdict != "as trained" or r.effect > 0):
+        changed = {r.part for r in self.results if r.effect > 0}
+        if all(r.verdict == "base" for r in off) and changed <= {r.part for r in off}:
             return "base"
         return "differs"
 
@@ -739,11 +745,17 @@ def alternatives(adapter_config: dict[str, Any], part: str) -> dict[str, float]:
     return out
 
 
+_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+"""``--max-lora-rank`` values vLLM takes (sglang takes any)."""
+
+
 def _max_rank(adapter: Path) -> int:
+    """The server's max rank for this adapter alone: its largest rank, rounded up to a value
+    vLLM takes (the rank is not what verify tests: the checker does that)."""
     config = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
-    ranks = [int(config.get("r") or 8), *(int(r) for r in
-                                          (config.get("rank_pattern") or {}).values())]
-    return max(8, *ranks)
+    largest = max([int(config.get("r") or 8), *(int(r) for r in
+                                                (config.get("rank_pattern") or {}).values())])
+    return next((r for r in _RANKS if r >= largest), largest)
 
 
 _ENGINE_CLASSES: dict[str, Callable[..., Any]] = {"sglang": SglangEngine, "vllm": VllmEngine}
@@ -782,7 +794,18 @@ def verify(adapter: Path, *, engine: str, base: Path, dtype: torch.dtype = torch
                                          dtype=dtype)
     except Refused as exc:  # the engine's own refusal of the adapter
         return Report(engine, _version(engine), str(adapter), (), str(exc))
-    peft = PeftReference(adapter, config, dtype)
+    except Exception as exc:  # the engine cannot build this base on the CPU
+        raise VerifyError("engine-setup", f"{engine} {_version(engine)} could not build "
+                          f"{', '.join(getattr(config, 'architectures', None) or ['the base'])}"
+                          f" on the CPU ({type(exc).__name__}: {exc}); verify supports the "
+                          "architectures both the engine and transformers implement (Llama, "
+                          "Qwen2, Mistral, ...): run it on a GPU server's environment, or "
+                          "report the base") from exc
+    try:
+        peft = PeftReference(adapter, config, dtype)
+    except Exception as exc:  # PEFT itself cannot load these files on this base
+        return Report(engine, served.version, str(adapter), (),
+                      unloadable=f"{type(exc).__name__}: {exc}")
     found = measure(served, peft, BaseWeights(base), config, dtype=dtype,
                     tokens=_adapter_tokens(adapter), progress=progress)
     return Report(engine, served.version, str(adapter), tuple(found["files"]))
@@ -815,18 +838,18 @@ def summarise(report: Report) -> list[str]:
         lines.append(f"  the engine refuses to load it: {report.refused}")
         lines.append("verdict: refused (the engine does not serve it)")
         return lines
-    by_part: dict[tuple[str, str], list[ModuleResult]] = {}
+    if report.unloadable:
+        lines.append(f"  PEFT cannot load its files on this base: {report.unloadable}")
+        lines.append("verdict: unloadable (nothing to compare the engine with)")
+        return lines
+    off: dict[str, list[ModuleResult]] = {}
     for r in report.results:
-        by_part.setdefault((r.part, r.verdict + r.how.split(" (")[0]), []).append(r)
-    shown = 0
-    for r in report.results:
-        if r.verdict == "as trained" or r.phase != "prefill":
-            continue
-        phases = sorted({x.phase for x in report.results if x.part == r.part
-                         and x.verdict == r.verdict})
-        how = f": {r.how}" if r.how else ""
-        lines.append(f"  {r.part:<48} {r.verdict}{how} ({', '.join(phases)})")
-        shown += 1
+        if r.verdict != "as trained":
+            off.setdefault(r.part, []).append(r)
+    for part, found in off.items():  # the first phase speaks for both when they agree
+        phases = ", ".join(sorted({r.phase for r in found}))
+        how = f": {found[0].how}" if found[0].how else ""
+        lines.append(f"  {part:<48} {found[0].verdict}{how} ({phases})")
     good = len({r.part for r in report.results if r.verdict == "as trained"} -
                {r.part for r in report.results if r.verdict != "as trained"})
     total = len({r.part for r in report.results})
@@ -861,7 +884,8 @@ def run(adapter: str, *, engine: str, base: str, out: TextIO, err: TextIO,
         out.write(json.dumps({
             "adapter": report.adapter, "engine": report.engine, "version": report.version,
             "verdict": report.verdict, "refused": report.refused, "tolerance": TOLERANCE,
-            "modules": [r.__dict__ for r in report.results]}, indent=1) + "\n")
+            "unloadable": report.unloadable,
+            "modules": [dataclasses.asdict(r) for r in report.results]}, indent=1) + "\n")
     else:
         out.write("\n".join(summarise(report)) + "\n")
     return 0 if report.verdict == "as trained" else 1
