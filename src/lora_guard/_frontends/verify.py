@@ -608,17 +608,18 @@ class PeftReference:
                     continue
                 tensor = weights.get(key, dtype)
                 read.append((key, tensor))
-                if self.lazy:
-                    with torch.no_grad():
-                        param.data.copy_(tensor)
+                if self.lazy:  # the read tensor itself: the unwritten allocation is freed
+                    param.data = tensor.to(param.dtype)
         return read
 
     def release(self, names: Sequence[str]) -> None:
+        """Free the base weights `materialise` set (to nothing: freed memory reused for an
+        unwritten placeholder would stay resident, module after module)."""
         if not self.lazy:
             return
         for name in names:
             for _, param in self._base_params(name):
-                param.data = torch.empty(param.shape, dtype=param.dtype)
+                param.data = torch.empty(0, dtype=param.dtype)
 
     def run(self, name: str, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
@@ -789,6 +790,14 @@ def verify(adapter: Path, *, engine: str, base: Path, dtype: torch.dtype = torch
     module (see the module docstring); raises `VerifyError` when it cannot run."""
     config = check_can_run(adapter, engine, base)
     torch.manual_seed(_SEED)
+    # PEFT's model first: built on the meta device, which the engines' CPU shims (tensor
+    # factories without pin_memory) would turn into a full allocation of the base
+    peft: PeftReference | None = None
+    unloadable = ""
+    try:
+        peft = PeftReference(adapter, config, dtype)
+    except Exception as exc:  # PEFT itself cannot load these files on this base
+        unloadable = f"{type(exc).__name__}: {exc}"
     try:
         served = _ENGINE_CLASSES[engine](base, config, adapter, max_rank=_max_rank(adapter),
                                          dtype=dtype)
@@ -801,11 +810,8 @@ def verify(adapter: Path, *, engine: str, base: Path, dtype: torch.dtype = torch
                           "architectures both the engine and transformers implement (Llama, "
                           "Qwen2, Mistral, ...): run it on a GPU server's environment, or "
                           "report the base") from exc
-    try:
-        peft = PeftReference(adapter, config, dtype)
-    except Exception as exc:  # PEFT itself cannot load these files on this base
-        return Report(engine, served.version, str(adapter), (),
-                      unloadable=f"{type(exc).__name__}: {exc}")
+    if peft is None:
+        return Report(engine, served.version, str(adapter), (), unloadable=unloadable)
     found = measure(served, peft, BaseWeights(base), config, dtype=dtype,
                     tokens=_adapter_tokens(adapter), progress=progress)
     return Report(engine, served.version, str(adapter), tuple(found["files"]))
