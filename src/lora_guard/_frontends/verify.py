@@ -679,6 +679,7 @@ def measure(engine: Any, peft: PeftReference, weights: BaseWeights, config: Any,
     modules = engine.modules(peft.out_size)
     found: dict[str, list[ModuleResult]] = {label: [] for label, _ in everyone}
     vocab = int(config.vocab_size)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
     for count, module in enumerate(modules):
         if progress is not None:
             progress(count, len(modules), module.name)
@@ -708,7 +709,8 @@ def measure(engine: Any, peft: PeftReference, weights: BaseWeights, config: Any,
                         module=module.name, part=name, phase=phase, verdict=verdict, how=how,
                         effect=float((trained[..., cut] - plain[..., cut]).abs().max()),
                         diff=float((served[..., cut] - trained[..., cut]).abs().max())))
-        _release(module.module)
+        if not (module.kind == "embedding" and tied):  # a tied lm_head reads it again
+            _release(module.module)
         peft.release(_key_names(module, peft))
     if progress is not None:
         progress(len(modules), len(modules), "")
