@@ -40,7 +40,10 @@ EXPECTED = {  # what the CPU equivalence tier measures, module by module
     "sglang": {"plain": "as trained", "rslora": "differs", "alpha-pattern": "differs"},
 }
 PROMPTS = [[1, 17, 42, 99, 7, 250, 3, 12], [5, 6, 7, 8], [300, 2, 2, 2, 9, 400]]
-TOP = 8
+TOP = 20
+COMPARED = 5
+"""PEFT's top 5 next tokens are looked up among the engine's top 20 (ties at the edge of a
+top-k list would otherwise swap tokens in and out)."""
 
 
 def build(root: Path, dtype: str) -> tuple[Path, dict[str, Path]]:
@@ -52,6 +55,7 @@ def build(root: Path, dtype: str) -> tuple[Path, dict[str, Path]]:
     config = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
                          max_position_embeddings=256, tie_word_embeddings=False,
+                         initializer_range=0.2,  # logits far from uniform: clear top tokens
                          bos_token_id=1, eos_token_id=2, pad_token_id=0)
     torch.manual_seed(0)
     base_dir = root / "base"
@@ -66,23 +70,24 @@ def build(root: Path, dtype: str) -> tuple[Path, dict[str, Path]]:
         with torch.no_grad():
             for pname, param in peft_model.named_parameters():
                 if "lora_B" in pname:
-                    param.normal_(std=0.05)
+                    param.normal_(std=0.2)
         adapters[name] = root / name
         peft_model.save_pretrained(str(adapters[name]))
     return base_dir, adapters
 
 
-def peft_top(base_dir: Path, adapter: Path, dtype: str) -> list[dict[int, float]]:
+def peft_top(base_dir: Path, adapter: Path, dtype: str,
+             device: str = "cuda") -> list[dict[int, float]]:
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     base: Any = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=getattr(torch, dtype))
-    model = PeftModel.from_pretrained(base, str(adapter)).to("cuda").eval()
+    model = PeftModel.from_pretrained(base, str(adapter)).to(device).eval()
     out = []
     with torch.no_grad():
         for prompt in PROMPTS:
-            logits = model(torch.tensor([prompt], device="cuda")).logits[0, -1].float()
+            logits = model(torch.tensor([prompt], device=device)).logits[0, -1].float()
             logprobs = torch.log_softmax(logits, dim=-1)
             values, ids = logprobs.topk(TOP)
             out.append(dict(zip(ids.tolist(), values.tolist(), strict=True)))
@@ -110,7 +115,7 @@ def engine_top(engine: str, base_dir: Path, adapters: dict[str, Path],
         import sglang
 
         llm = sglang.Engine(model_path=str(base_dir), enable_lora=True, max_lora_rank=16,
-                            lora_paths={n: str(p) for n, p in adapters.items()},
+                            lora_paths=[f"{n}={p}" for n, p in adapters.items()],
                             max_loras_per_batch=3, skip_tokenizer_init=True, dtype=dtype,
                             disable_cuda_graph=True, mem_fraction_static=0.3,
                             context_length=256)
@@ -128,7 +133,7 @@ def compare(peft: list[dict[int, float]], served: list[dict[int, float]],
             atol: float) -> tuple[str, float]:
     worst = 0.0
     for want, got in zip(peft, served, strict=True):
-        for token, value in want.items():
+        for token, value in sorted(want.items(), key=lambda kv: -kv[1])[:COMPARED]:
             if token not in got:  # a top token of PEFT's the engine does not rank
                 return "differs", float("inf")
             worst = max(worst, abs(got[token] - value))
