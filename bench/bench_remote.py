@@ -3,8 +3,8 @@
     python bench/bench_remote.py [--adapters 1000] [--workers 16] [--stores s3,http,hub]
 
 Writes N small PEFT-format adapters (r=8 on q/v of a 2-layer model) and one ~117 MB adapter,
-serves them on the loopback (moto's S3 API for s3fs, an HTTP server with ranges for requests,
-a stand-in of the Hub's tree/resolve endpoints for huggingface_hub: tests/remote_servers.py),
+serves them on the loopback (moto's S3 API, an HTTP server with ranges, a stand-in of the
+Hub's tree/resolve endpoints: tests/remote_servers.py),
 then times ``lg.check_adapters`` of the N adapters as one prefix (S3, Hub) or N URLs (HTTP),
 and prints the bytes the server sent against the bytes the adapters hold. Only 127.0.0.1 is
 contacted: dummy AWS credentials, HF_ENDPOINT set to the loopback.

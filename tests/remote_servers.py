@@ -5,7 +5,7 @@ Every server binds 127.0.0.1 on a free port, runs in a daemon thread, records ea
 here talks to the real Hub or AWS.
 
 - `S3Server`: moto's S3 backend served over HTTP (moto in server mode), wrapped in a WSGI layer
-  that records what s3fs asked for and what was sent back.
+  that records what botocore asked for and what was sent back.
 - `FileServer`: serves a folder over HTTP with ``Range`` support written here; faults on
   demand (statuses per path, a redirect, a server that ignores ranges, a cut-off body).
 - `FileServer(tls=...)`: the same over HTTPS, with a self-signed certificate for 127.0.0.1
@@ -119,7 +119,7 @@ class _Handler(BaseHTTPRequestHandler):
             queued = srv.faults.get(path)
             status = queued.pop(0) if queued else None
         if status is not None:
-            headers = {"Retry-After": "0"} if status in (429, 503) else {}
+            headers = {"Retry-After": srv.retry_after} if status in (429, 503) else {}
             self._reply(status, b"fault", headers, record)
             return
         if path in srv.redirects:
@@ -256,6 +256,7 @@ class FileServer(ThreadingHTTPServer):
         self.cut_after: dict[str, int] = {}
         self.private: set[str] = set()
         self.token = "hf_test_token"
+        self.retry_after = "0"  # what a 429 or 503 fault asks the client to wait
 
     @property
     def url(self) -> str:
@@ -327,7 +328,7 @@ class _Recording:
 
 
 class S3Server:
-    """moto's S3 API on the loopback (the server mode s3fs talks to as to AWS)."""
+    """moto's S3 API on the loopback (the server mode botocore talks to as to AWS)."""
 
     def __init__(self) -> None:
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app

@@ -1,8 +1,10 @@
 """Remote adapters: checked where they live (S3, HTTP, the Hub) from a few kB of ranged reads.
 
 Every store is a real server on the loopback that the real client talks to: moto's S3 API for
-s3fs, an HTTP server with ranges for requests, and a stand-in of the Hub's tree and resolve
-endpoints for huggingface_hub. Any connection to another host fails the test.
+botocore's signed requests, an HTTP server with ranges, and a stand-in of the Hub's tree and
+resolve endpoints for huggingface_hub's headers and error mapping (every request sent by
+lora_guard's bounded client, `lora_guard._reading.fetch`). Any connection to another host
+fails the test.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from lora_guard._frontends.cli import main
 from lora_guard._testing.adapter_writer import write_adapter
 from remote_servers import S3_ENV, FileServer, S3Server, self_signed
 
-pytest.importorskip("s3fs")
+pytest.importorskip("botocore")
 pytest.importorskip("moto")
 pytest.importorskip("huggingface_hub")
 
@@ -343,6 +345,23 @@ def test_a_hung_server_is_one_adapters_timeout_not_a_hung_check(
     assert len(http.log.for_path("/loras/math/adapter_config.json")) == 2  # tried, retried
 
 
+def test_a_retry_after_past_its_cap_is_waited_for_the_cap_only(
+        http: FileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server asking for a billion seconds gets the cap (60 s; 0.2 s here), then the read is
+    retried and served; where the cap itself passes the deadline, the read ends at once."""
+    from lora_guard._reading import fetch
+
+    monkeypatch.setattr(fetch, "MAX_RETRY_AFTER", 0.2)
+    http.faults["/loras/math/adapter_config.json"] = [429]  # with Retry-After: 1000000000
+    http.retry_after = "1000000000"
+    assert lg.check_adapters(f"{http.url}/loras/math").ok
+    assert len(http.log.for_path("/loras/math/adapter_config.json")) == 2
+    monkeypatch.setenv("LORA_GUARD_REMOTE_DEADLINE", "0.1")
+    http.faults["/loras/math/adapter_config.json"] = [429]
+    message = _lg140(lg.check_adapters(f"{http.url}/loras/math"), f"{http.url}/loras/math")
+    assert "Retry-After: 1000000000 s" in message and "deadline" in message
+
+
 # --- the Hub -------------------------------------------------------------------------------
 
 
@@ -411,7 +430,7 @@ def test_hub_offline_mode_is_reported_not_raised(hub: FileServer,
 
 def test_without_the_extra_a_remote_path_names_the_extra(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "s3fs", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "botocore.session", None)  # as if not installed
     with pytest.raises(RuntimeError, match=r"lora-guard\[remote\]"):
         lg.check_adapters("s3://bkt/loras/")
     assert main(["check", "s3://bkt/loras/"]) == 2
@@ -423,6 +442,14 @@ def test_a_bad_remote_setting_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("LORA_GUARD_REMOTE_WORKERS", "0")
     assert main(["check", "s3://bkt/loras/"]) == 2
     assert "LORA_GUARD_REMOTE_WORKERS='0': set it to an integer from 1 to 1024" in (
+        capsys.readouterr().err)
+
+
+def test_a_bad_deadline_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("LORA_GUARD_REMOTE_DEADLINE", "-1")
+    assert main(["check", "s3://bkt/loras/"]) == 2
+    assert "LORA_GUARD_REMOTE_DEADLINE='-1': set it to a number of seconds > 0" in (
         capsys.readouterr().err)
 
 

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import os
 import threading
@@ -44,9 +45,11 @@ __all__ = [
     "write_adapter",
 ]
 
-# Captures open right now, in any thread. The pytest plugin reads it: what a capture sees,
-# the test has handled.
-_ACTIVE: list[Recording] = []
+# Captures open right now, in any thread, each with the context it was opened in. The pytest
+# plugin reads it: what a capture sees, the test that opened it has handled (the context says
+# which test: a capture left open by one test, in a thread of its own, handles nothing of the
+# next test's).
+_ACTIVE: list[tuple[Recording, contextvars.Context]] = []
 _ACTIVE_LOCK = threading.Lock()
 
 
@@ -79,15 +82,16 @@ def capture_violations() -> Iterator[Recording]:
         ['LG201', 'LG201']
     """
     rec = Recording()
+    entry = (rec, contextvars.copy_context())
     with _ACTIVE_LOCK:
-        _ACTIVE.append(rec)
+        _ACTIVE.append(entry)
     add_sink(rec._add)
     try:
         yield rec
     finally:
         remove_sink(rec._add)
         with _ACTIVE_LOCK:
-            _ACTIVE.remove(rec)
+            _ACTIVE.remove(entry)
 
 
 @contextmanager

@@ -239,11 +239,11 @@ _CACHE_CALLS = {
 
 _SHAPES = {
     "shape-float-dim": ("weight = Meta((2, 16.9))",
-                        "TypeError", "argument 'a': dim 1 of the shape is 16.9 (float)"),
+                        "LG004", "argument 'a': dim 1 of the shape is 16.9 (float)"),
     "shape-negative-dim": ("weight = Meta((2, -8))",
-                           "ValueError", "argument 'a': dim 1 of the shape is -8, a negative"),
+                           "LG004", "argument 'a': dim 1 of the shape is -8, a negative"),
     "shape-endless-iterator": ("weight = Meta(itertools.count())",
-                               "ValueError", "argument 'a': its shape has more than 64 dims"),
+                               "LG004", "argument 'a': its shape has more than 64 dims"),
 }
 
 ATTACKS: list[Attack] = [
@@ -282,7 +282,7 @@ ATTACKS: list[Attack] = [
              "memory", (error, says), _SHAPE.format(make=make))
       for name, (make, error, says) in _SHAPES.items()),
     Attack("shape-jagged-tensor", "a nested jagged tensor raises AttributeError",
-           ("TypeError", "argument 'a': dim 1 of the shape is ragged"), _JAGGED,
+           ("LG004", "argument 'a': dim 1 of the shape is ragged"), _JAGGED,
            memory_mib=8192),
     Attack("threads-guard-adapter-load",
            "two threads loading through guard_adapter_load can lose a loaded adapter",

@@ -358,6 +358,10 @@ _ENTRIES = (
             "same-dtype": (
                 "{subject}: arguments disagree on dtype: {dtypes}."
             ),
+            "bad-shape": (
+                "{subject}: {problem}; a guarded tensor's .shape must be at most 64 integer "
+                "dims, none negative (a regular tensor, not a nested or jagged one)."
+            ),
         },
         raised_by=("@lg.shapes", "lg.shapes_conform"),
     ),
@@ -652,6 +656,9 @@ _ENTRIES = (
             "overlap, leave gaps or point past the file, unknown dtypes or bad shapes.",
             "A pickle `adapter_model.bin` (never unpickled).",
             "A symlink that leads out of the adapter folder.",
+            "A remote store that answers with what is never followed or read: a listed path "
+            "out of its folder (`..`, absolute, encoded), a listing page linking to another "
+            "host, a page or a body past its size cap.",
         ),
         situations=(
             "An interrupted upload or copy; an adapter saved by an old PEFT as .bin.",
@@ -666,6 +673,10 @@ _ENTRIES = (
             "adapter_model.safetensors) or a folder of such folders.",
             "Keep the adapter's files inside its folder (copy them instead of linking out); a "
             "symlinked adapter folder found by a search is checked when you name it explicitly.",
+            "Check that the endpoint is the store you meant (the URL, HF_ENDPOINT, "
+            "AWS_ENDPOINT_URL_S3) and report the reply to its operator: a store that lists "
+            "paths out of their folder or links to another host is not read, and no credential "
+            "was sent there.",
         ),
         example=(
             '# lora-guard check says:\n# LG108 malformed-adapter: adapter_model.safetensors: h'
@@ -681,8 +692,9 @@ _ENTRIES = (
             "not-found": "{subject}: {file}: {problem}.",
             "pickle": "{subject}: {file}: {problem}.",
             "link": "{subject}: {file}: {problem}.",
+            "untrusted": "{subject}: {file}: {problem}.",
         },
-        variant_fixes={"not-found": 3, "pickle": 1, "link": 4},
+        variant_fixes={"not-found": 3, "pickle": 1, "link": 4, "untrusted": 5},
         raised_by=("lg.inspect_adapter", "lg.check_adapters", "lora-guard check",
                    "integrations.vllm", "integrations.sglang", "integrations.peft"),
     ),
@@ -1141,11 +1153,12 @@ _ENTRIES = (
         summary=(
             "An adapter named by URL (`hf://ORG/REPO[@REV][/SUB]`, a bare Hub id `ORG/NAME`, "
             "`s3://BUCKET/PREFIX`, `https://...`) is checked from ranged reads of its "
-            "`adapter_config.json` and safetensors header, through huggingface_hub, s3fs or "
-            "requests. When the object is missing, access is denied, a read comes back short, a "
-            "redirect leads to another host, or the store stays unreachable after the retries, "
-            "that adapter is reported with the reason and the rest of the run goes on. What the "
-            "files hold, once read, is checked as for a local adapter (LG108 for a bad header)."
+            "`adapter_config.json` and safetensors header (credentials from huggingface_hub and "
+            "botocore), each read within a total deadline. When the object is missing, access "
+            "is denied, a read comes back short, a redirect leads to another host, or the store "
+            "stays unreachable after the retries or past the deadline, that adapter is reported "
+            "with the reason and the rest of the run goes on. What the files hold, once read, "
+            "is checked as for a local adapter (LG108 for a bad header)."
         ),
         triggers=(
             "A URL, bucket, key, repo, revision or subfolder that does not exist.",
@@ -1171,7 +1184,8 @@ _ENTRIES = (
             "Run the check again once the upload is complete; if the read stays short, upload "
             "the adapter again.",
             "Name the final URL: a redirect to another host is not followed.",
-            "Retry later, or raise LORA_GUARD_REMOTE_TIMEOUT / LORA_GUARD_REMOTE_RETRIES; lower "
+            "Retry later, or raise LORA_GUARD_REMOTE_TIMEOUT / LORA_GUARD_REMOTE_DEADLINE / "
+            "LORA_GUARD_REMOTE_RETRIES; lower "
             "LORA_GUARD_REMOTE_WORKERS if the store throttles.",
         ),
         example=(
@@ -1310,6 +1324,11 @@ _ENTRIES = (
         messages={
             "diverged": "{subject}: ranks {ranks} differ from rank {reference} at {path}: {diff}.",
             "timeout": "{subject}: no answer from ranks within {timeout} s ({problem}).",
+            "protocol": (
+                "{subject}: ranks {ranks} run another lora_guard release than rank {reference} "
+                "({diff}); their checks cannot be compared: run one lora_guard release on "
+                "every rank."
+            ),
         },
         raised_by=("lg.assert_rank_consistent", "@lg.guard_rank_consistency"),
     ),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import sys
 import threading
+from collections import Counter
 from collections.abc import Generator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from lora_guard._core.config import Mode, Recording, add_sink, configure, get_mo
 from lora_guard._core.errors import Violation
 from lora_guard._frontends import _plugin_state
 
-__all__ = ["REPORT_ATTRIBUTE", "LoRAGuardPlugin", "install"]
+__all__ = ["REPORT_ATTRIBUTE", "REPORT_COUNTS", "LoRAGuardPlugin", "install"]
 
 REPORT_ATTRIBUTE = "lora_guard_violations"
 PLUGIN_NAME = "lora_guard_session"
@@ -37,6 +38,12 @@ _OUTSIDE = "<outside any test>"
 _UNATTRIBUTED = "<unattributed thread>"
 _WORKER_KEY = "lora_guard_outside"
 _MAX_TESTS_LISTED = 5
+# A test that reports 10,000 violations (swallowed in a loop) gets a failure that lists the
+# first _MAX_LISTED and counts the rest; its report carries the first _MAX_KEPT as dicts and
+# every one in the counts (REPORT_COUNTS), which the summary adds up.
+_MAX_LISTED = 20
+_MAX_KEPT = 100
+REPORT_COUNTS = "lora_guard_counts"
 
 # Sessions installed in this process, innermost last (pytester runs sessions in-process):
 # only the innermost one observes, so a nested run's violations do not fail the outer test.
@@ -64,6 +71,9 @@ class _TestState:
     when: str = "setup"
     recording: Recording = field(default_factory=Recording)
     observed: list[_Observed] = field(default_factory=list)
+    # id() of each violation observed: a catch by pytest.raises is one lookup, not a scan
+    # (a test with 10,000 catches stays linear).
+    observed_ids: set[int] = field(default_factory=set)
     failed_by_us: set[str] = field(default_factory=set)
     problem: str = ""
     # id() of the violations whose exception reached a matching pytest.raises, or whose
@@ -291,15 +301,30 @@ def _carry_test_into_threads(carry: bool) -> None:
             setattr(cls, name, current.__wrapped__)
 
 
-def _format(observed: Iterable[tuple[str, dict[str, Any]]]) -> str:
+def _format(observed: list[tuple[str, _Observed]]) -> str:
+    """The first `_MAX_LISTED` violations in full, then the others counted by code."""
     lines = []
-    for status, v in observed:
+    for status, item in observed[:_MAX_LISTED]:
+        v = item.violation.to_dict()
         tag = "" if status == "failed" else f" [{status}]"
         lines.append(f"{v['code']} {v['invariant']}{tag}: {v['message']}")
         lines.append(f"    fix: {v['hint']}")
         if v.get("location"):
             lines.append(f"    at:  {v['location']}")
+    rest = Counter(item.violation.code for _, item in observed[_MAX_LISTED:])
+    if rest:
+        counted = ", ".join(f"{code} x {n:,}" for code, n in sorted(rest.items()))
+        lines.append(f"... and {sum(rest.values()):,} more ({counted}), not listed")
     return "\n".join(lines)
+
+
+def _counts(observed: Iterable[tuple[str, _Observed]]) -> dict[str, dict[str, int]]:
+    """code -> status -> how many."""
+    counts: dict[str, dict[str, int]] = {}
+    for status, item in observed:
+        by_status = counts.setdefault(item.violation.code, {})
+        by_status[status] = by_status.get(status, 0) + 1
+    return counts
 
 
 def _as_dict(item: _Observed, status: str) -> dict[str, Any]:
@@ -323,10 +348,13 @@ class LoRAGuardPlugin:
         # starts (see _carry_test_into_threads); one variable per session (pytester nests).
         self.current: contextvars.ContextVar[_TestState | None] = contextvars.ContextVar(
             f"lora_guard_test_{id(self)}", default=None)
-        self.outside: list[dict[str, Any]] = []
-        # code -> nodeid -> statuses (one per violation), filled from reports on the controller
-        self.totals: dict[str, dict[str, list[str]]] = {}
+        # (code, where, status) -> how many, for violations outside any test: counted, not
+        # kept, so a thread that reports forever costs no memory here.
+        self.outside: Counter[tuple[str, str, str]] = Counter()
+        # code -> nodeid -> status -> how many, filled from reports on the controller
+        self.totals: dict[str, dict[str, Counter[str]]] = {}
         self._lock = threading.Lock()
+        self.mode: Mode = "raise"  # the mode every test starts and ends in
 
     # -- the sink -----------------------------------------------------------------------
 
@@ -335,19 +363,22 @@ class LoRAGuardPlugin:
             return
         # The testing module the test imported (a nested run may have re-imported it).
         capturing = sys.modules.get("lora_guard.testing")
-        handled = bool(capturing is not None and getattr(capturing, "_ACTIVE", None))
         state = self.current.get()
+        # Handled when a capture opened by this same test (or, outside tests, by no test) is
+        # open: a capture another test left open, in a thread of its own, handles nothing.
+        handled = any(context.get(self.current) is state
+                      for _, context in list(getattr(capturing, "_ACTIVE", ())))
         if state is None or state.finished:
-            data = _as_dict(_Observed("outside", violation, handled),
-                            "captured" if handled else "observed")
+            where = _OUTSIDE
             if state is not None:  # from work a test started, after that test ended
-                data["test"] = f"<from {state.nodeid}, after it ended>"
+                where = f"<from {state.nodeid}, after it ended>"
             elif threading.current_thread() is not threading.main_thread():
-                data["test"] = _UNATTRIBUTED  # a thread no test started
+                where = _UNATTRIBUTED  # a thread no test started
             with self._lock:
-                self.outside.append(data)
+                self.outside[(violation.code, where, "captured" if handled else "observed")] += 1
             return
         state.observed.append(_Observed(state.when, violation, handled))
+        state.observed_ids.add(id(violation))
         state.recording._add(violation)
 
     def example_started(self) -> None:
@@ -364,8 +395,7 @@ class LoRAGuardPlugin:
         state = self.current.get()
         if state is None:
             return
-        ids = {id(v) for v in violations if v is not None}
-        state.caught.update(id(o.violation) for o in state.observed if id(o.violation) in ids)
+        state.caught.update(i for i in map(id, violations) if i in state.observed_ids)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -375,7 +405,7 @@ class LoRAGuardPlugin:
             self.instrumented.append((name, module))
         if self.enabled:
             self.previous_mode = get_mode()
-            configure(mode="raise")
+            configure(mode=self.mode)
             _SESSIONS.append(self)
             _observe_pytest_catchers()
             _carry_test_into_threads(True)
@@ -425,12 +455,22 @@ class LoRAGuardPlugin:
         state = item.stash[_STATE_KEY] = _TestState(
             allow=marks[0], expect=marks[1], problem=problem)
         state.nodeid = item.nodeid
+        self._restore_mode()  # whatever a test before switched (off, warn...) ends with it
         token = self.current.set(state)
         try:
             return (yield)
         finally:
             state.finished = True
             self.current.reset(token)
+            self._restore_mode()
+            # The reports are made: what the test observed is no longer needed (a session
+            # of tests that each swallow thousands of violations keeps none of them).
+            state.observed, state.observed_ids, state.caught = [], set(), set()
+            state.recording = Recording()
+
+    def _restore_mode(self) -> None:
+        if get_mode() != self.mode:
+            configure(mode=self.mode)
 
     def _phase(self, item: pytest.Item, when: str) -> Generator[None, None, None]:
         state = item.stash.get(_STATE_KEY, None)
@@ -459,7 +499,7 @@ class LoRAGuardPlugin:
                 + f" during {when}: {len(failing)} violation{'s' if len(failing) > 1 else ''}"
                 ", raised or swallowed by the code under test"
             )
-            lines.append(_format((s, o.violation.to_dict()) for s, o in failing))
+            lines.append(_format(failing))
             lines.append(
                 "Fix the code, or say the test expects it: pytest.raises(...) around the "
                 "call (pytest.warns in warn mode), @pytest.mark.lora_guard(expect=(...)) "
@@ -496,43 +536,41 @@ class LoRAGuardPlugin:
             return report
         mine = [(state.status(o), o) for o in state.observed if o.when == call.when]
         if mine:
-            setattr(report, REPORT_ATTRIBUTE, [_as_dict(o, s) for s, o in mine])
+            setattr(report, REPORT_ATTRIBUTE, [_as_dict(o, s) for s, o in mine[:_MAX_KEPT]])
+            setattr(report, REPORT_COUNTS, _counts(mine))
             if report.failed and call.when not in state.failed_by_us:
-                report.sections.append((
-                    f"lora_guard violations ({call.when})",
-                    _format((s, o.violation.to_dict()) for s, o in mine),
-                ))
+                report.sections.append((f"lora_guard violations ({call.when})", _format(mine)))
         return report
 
     # -- gathering (on the controller under xdist) ---------------------------------------
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        found = getattr(report, REPORT_ATTRIBUTE, None)
-        if not found:
+        counts = getattr(report, REPORT_COUNTS, None)
+        if not counts:
             return
         with self._lock:
-            for v in found:
-                by_test = self.totals.setdefault(v["code"], {})
-                by_test.setdefault(report.nodeid, []).append(v["status"])
+            for code, by_status in counts.items():
+                by_test = self.totals.setdefault(code, {})
+                by_test.setdefault(report.nodeid, Counter()).update(by_status)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         workeroutput = getattr(session.config, "workeroutput", None)
         if workeroutput is not None and self.outside:
-            workeroutput[_WORKER_KEY] = list(self.outside)
+            workeroutput[_WORKER_KEY] = [[*key, n] for key, n in self.outside.items()]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         outside = getattr(node, "workeroutput", {}).get(_WORKER_KEY, [])
         with self._lock:
-            self.outside.extend(outside)
+            for code, where, status, n in outside:
+                self.outside[(code, where, status)] += n
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.enabled or hasattr(self.config, "workerinput"):
             return
-        for v in self.outside:
-            where = v.get("test", _OUTSIDE)
-            self.totals.setdefault(v["code"], {}).setdefault(where, []).append(v["status"])
+        for (code, where, status), n in self.outside.items():
+            self.totals.setdefault(code, {}).setdefault(where, Counter())[status] += n
         if not self.totals:
             return
         tr = terminalreporter
@@ -543,15 +581,15 @@ class LoRAGuardPlugin:
         failing_tests: set[str] = set()
         for code in sorted(self.totals):
             by_test = self.totals[code]
-            statuses = [s for per in by_test.values() for s in per]
-            unhandled = statuses.count("failed")
-            failed_here = {t for t, per in by_test.items() if "failed" in per}
+            statuses: Counter[str] = sum(by_test.values(), Counter())
+            total, unhandled = statuses.total(), statuses["failed"]
+            failed_here = {t for t, per in by_test.items() if per["failed"]}
             failing_tests |= failed_here
             tests = [t for t in by_test if not t.startswith("<")]
             rows.append((code, INVARIANTS[code].slug if code in INVARIANTS else "?",
-                         str(len(statuses)), str(unhandled),
-                         str(len(statuses) - unhandled - statuses.count("observed")),
-                         str(statuses.count("observed")),
+                         str(total), str(unhandled),
+                         str(total - unhandled - statuses["observed"]),
+                         str(statuses["observed"]),
                          str(len(tests)), str(len(failed_here - {_OUTSIDE, _UNATTRIBUTED}))))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:

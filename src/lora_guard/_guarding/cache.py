@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from lora_guard._checking.checks import check_cache_entry, dtype_name, shape_of
 from lora_guard._core.arguments import ArgSelector, selector
 from lora_guard._core.config import STATE, report
+from lora_guard._core.errors import Violation, make_violation
 
 __all__ = ["GuardedCache", "guard_cache_lookup", "weight_cache_key"]
 
@@ -38,7 +39,8 @@ class GuardedCache:
     ``OrderedDict``); storing a tensor under a key that holds one of another shape or dtype
     raises LG003 before anything is stored, or with ``on_collision="evict"`` replaces the
     stale entry. Reads are not checked (an entry is checked when it is stored), so ``get``
-    is the store's own and costs about a dict's.
+    is the store's own and costs about a dict's; for a get-or-create use `get_or_create`
+    (or ``setdefault``), which check the entry against the weight asked for.
 
     Example:
         >>> import lora_guard as lg, torch
@@ -159,10 +161,14 @@ class GuardedCache:
     def _admit(self, key: Any, value: Any, staged: Mapping[Any, Any] | None = None) -> None:
         store = self.__wrapped__
         cached = staged[key] if staged and key in staged else store.get(key)
-        if cached is None or cached is value or STATE.off:
+        if cached is value or STATE.off:
             return
-        violation = check_cache_entry(key, cached, value)
-        if violation is not None and self._self_on_collision == "raise":
+        if cached is None:  # a new key: only a shape that is no shape is refused (LG004)
+            _readable(key, value)
+            return
+        violation = _checked_entry(key, cached, value)
+        if violation is not None and (
+                self._self_on_collision == "raise" or violation.code != "LG003"):
             report([violation])
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -180,15 +186,63 @@ class GuardedCache:
         store = self.__wrapped__
         cached = store.get(key)
         if cached is None:
+            if not STATE.off:
+                _readable(key, default)
             return store.setdefault(key, default)
-        violation = None if STATE.off else check_cache_entry(key, cached, default)
+        violation = None if STATE.off else _checked_entry(key, cached, default)
         if violation is not None:
-            if self._self_on_collision == "raise":
+            if self._self_on_collision == "raise" or violation.code != "LG003":
                 report([violation])
                 return cached
             store[key] = default
             return default
         return cached
+
+    def get_or_create(self, key: Any, weight: Any, *,
+                      create: Callable[[], Any] | None = None) -> Any:
+        """The entry under ``key``, checked against ``weight``; made when the key is free.
+
+        The checked form of the inline get-or-create ``if key not in cache: cache[key] =
+        weight`` then ``return cache[key]``, which hands back whatever the key holds, of any
+        shape. Here an entry of another shape or dtype than ``weight`` raises LG003 (or,
+        evicting, is replaced); a free key stores ``create()`` (e.g. a pinned copy, made
+        once, under the cache's lock, and checked against ``weight`` too), or ``weight``
+        itself without ``create``. What comes back always has ``weight``'s shape and dtype.
+
+        Example:
+            >>> import lora_guard as lg, torch
+            >>> cache = lg.GuardedCache({})
+            >>> w16 = torch.empty(16, 64)
+            >>> cache.get_or_create("q_proj.lora_A", w16, create=w16.clone).shape
+            torch.Size([16, 64])
+            >>> cache.get_or_create("q_proj.lora_A", torch.empty(8, 64))
+            Traceback (most recent call last):
+            ...
+            lora_guard.CacheKeyCollisionError: LG003 cache-key-collision: cache key ...
+        """
+        if create is not None and not callable(create):
+            raise TypeError("GuardedCache.get_or_create(create=...) takes a callable that "
+                            f"makes the entry (e.g. weight.pin_memory), got {create!r}")
+        with self._self_lock:
+            store = self.__wrapped__
+            cached = store.get(key)
+            if cached is not None:
+                violation = None if STATE.off else _checked_entry(key, cached, weight)
+                if violation is None:
+                    return cached
+                if self._self_on_collision == "raise" or violation.code != "LG003":
+                    report([violation])
+                    return cached  # warn/record mode: the caller asked to proceed
+            made = weight if create is None else create()
+            if made is not weight and not STATE.off:
+                violation = _checked_entry(key, made, weight)
+                if violation is not None:  # create() made another shape: never stored
+                    report([violation])
+                    return made  # warn/record mode: the caller asked to proceed
+            elif not STATE.off:
+                _readable(key, made)
+            store[key] = made
+            return made
 
     def update(self, other: Mapping[Any, Any] | Iterable[tuple[Any, Any]] = (), /,
                **kwargs: Any) -> None:
@@ -300,6 +354,38 @@ def _own_names(proxy_type: type) -> frozenset[str]:
     return names
 
 
+def _readable(key: Any, value: Any) -> None:
+    """LG004 for a value whose ``.shape`` is no shape (a ragged tensor, float or negative
+    dims, an endless ``.shape``); anything else, tensor or not, passes."""
+    try:
+        shape_of(value, name=f"the weight stored under cache key {key!r}")
+    except (TypeError, ValueError) as exc:
+        report([make_violation("LG004", "bad-shape", str(key), problem=str(exc))])
+
+
+def _checked_entry(key: Any, cached: Any, weight: Any) -> Violation | None:
+    """`check_cache_entry`, with a shape that is no shape as LG004 instead of an error."""
+    try:
+        return check_cache_entry(key, cached, weight)
+    except (TypeError, ValueError) as exc:
+        return make_violation("LG004", "bad-shape", str(key), problem=str(exc))
+    except RuntimeError:  # a nested tensor's .shape: shape_of names it
+        for value, name in ((cached, "the tensor cached under"), (weight, "the new weight for")):
+            try:
+                shape_of(value, name=f"{name} cache key {key!r}")
+            except (TypeError, ValueError) as exc:
+                return make_violation("LG004", "bad-shape", str(key), problem=str(exc))
+        raise
+
+
+# Evicting lookups of one key run one at a time (check, body, check): two threads wanting
+# different shapes under one key would otherwise each evict the other's entry between the
+# other's check and its return. A fixed set of locks, chosen by the key's hash, bounds the
+# memory whatever the number of keys and stores; lookups of other keys rarely share one.
+_KEY_LOCKS = tuple(threading.RLock() for _ in range(64))
+_MAX_EVICTIONS = 8  # an evicting lookup that cannot settle within this many bodies: LG003
+
+
 def guard_cache_lookup(
     *,
     store: ArgSelector,
@@ -312,7 +398,10 @@ def guard_cache_lookup(
     ``store``, ``key`` and ``weight`` each name an argument of the wrapped function (or are
     callables over its bound arguments). Before the body runs, the entry under ``key`` is
     compared with ``weight``: a mismatch raises LG003, or with ``on_collision="evict"`` is
-    dropped so the body creates a fresh entry.
+    dropped so the body creates a fresh entry. What the body returns is compared too: a
+    tensor of another shape or dtype is never returned unchecked (evicting lookups of one key
+    run one at a time, so two threads wanting it at two ranks never swap tensors; a body that
+    keeps returning another shape is refused with LG003 after 8 tries).
 
     Example:
         >>> import lora_guard as lg, torch
@@ -347,50 +436,71 @@ def guard_cache_lookup(
                 return fn(*args, **kwargs)
             cache_key = get_key(args, kwargs)
             wanted = get_weight(args, kwargs)
-            cached = _check_hit(cache, cache_key, wanted, mode)
+            if mode == "evict":
+                with _KEY_LOCKS[hash(cache_key) & 63]:
+                    return _evicting(cache, cache_key, wanted, lambda: fn(*args, **kwargs))
+            cached = _check_hit(cache, cache_key, wanted)
             result = fn(*args, **kwargs)
             if result is cached or result is wanted or getattr(result, "shape", None) is None:
                 return result  # the usual hit (checked above), a pass-through, not a tensor
-            return _check_result(cache, cache_key, wanted, result, mode,
-                                 lambda: fn(*args, **kwargs))
+            # Another thread may have stored another shape between the check and the body.
+            violation = _checked_entry(cache_key, result, wanted)
+            if violation is not None:
+                report([violation])
+            return result
 
         return cast(F, wrapper)
 
     return decorate
 
 
-def _check_hit(cache: Any, cache_key: Any, wanted: Any, mode: OnCollision) -> Any:
-    """The entry under the key, checked against the weight wanted before the body runs: a
-    mismatch raises LG003 or (evict) is dropped. Returns the entry found."""
+def _check_hit(cache: Any, cache_key: Any, wanted: Any) -> Any:
+    """The entry under the key, checked against the weight wanted before the body runs (a
+    mismatch raises LG003). Returns the entry found."""
     cached = cache.get(cache_key)
     if cached is not None:
-        violation = check_cache_entry(cache_key, cached, wanted)
+        violation = _checked_entry(cache_key, cached, wanted)
         if violation is not None:
-            if mode == "evict":
-                cache.pop(cache_key, None)
-            else:
-                report([violation])
+            report([violation])
     return cached
 
 
-def _check_result(cache: Any, cache_key: Any, wanted: Any, result: Any, mode: OnCollision,
-                  again: Callable[[], Any]) -> Any:
-    """Another thread may have stored another shape between the check and the body: the
-    body's result checked too (evict: dropped, and the body run ``again``)."""
-    violation = check_cache_entry(cache_key, result, wanted)
-    if violation is None:
-        return result
-    if mode == "evict":
+def _evicting(cache: Any, cache_key: Any, wanted: Any, body: Callable[[], Any]) -> Any:
+    """Evict a stale entry, run the body, and check what it returns; what is returned was
+    checked. An entry of another shape that reappears (code that stores into the cache
+    outside the guard) is evicted again, up to `_MAX_EVICTIONS` times, then LG003."""
+    result: Any = None
+    mismatch: Violation | None = None
+    for _ in range(_MAX_EVICTIONS):
+        cached = cache.get(cache_key)
+        if cached is not None:
+            violation = _checked_entry(cache_key, cached, wanted)
+            if violation is not None:
+                if violation.code != "LG003":
+                    report([violation])
+                cache.pop(cache_key, None)
+        result = body()
+        if result is wanted or getattr(result, "shape", None) is None:
+            return result
+        mismatch = _checked_entry(cache_key, result, wanted)
+        if mismatch is None:
+            return result
+        if mismatch.code != "LG003":
+            report([mismatch])
         if cache.get(cache_key) is result:
             cache.pop(cache_key, None)
-        return again()
-    report([violation])
+    if mismatch is not None:  # the body keeps returning another shape: refuse it
+        report([mismatch])
     return result
 
 
 def weight_cache_key(*parts: str | int, weight: Any) -> str:
     """A cache key that includes the weight's shape and dtype, so distinct weights cannot
     collide.
+
+    The parts are joined with ``#``; a part's own ``%`` and ``#`` are written ``%25`` and
+    ``%23``, so two different part lists never give one key (``("a#b",)`` and ``("a", "b")``
+    differ).
 
     Example:
         >>> import lora_guard as lg, torch
@@ -412,4 +522,7 @@ def weight_cache_key(*parts: str | int, weight: Any) -> str:
             "lora_guard.weight_cache_key(weight=...) needs a tensor (or anything with .shape "
             f"and .dtype), got {type(weight).__name__}"
         )
-    return f"{'#'.join(map(str, parts))}[{'x'.join(map(str, shape))}:{dtype}]"
+    # A part's own "%" and "#" are escaped, so that distinct part lists never join into one
+    # key (("a#b",) against ("a", "b")); parts without them are written as they are.
+    joined = "#".join(str(p).replace("%", "%25").replace("#", "%23") for p in parts)
+    return f"{joined}[{'x'.join(map(str, shape))}:{dtype}]"

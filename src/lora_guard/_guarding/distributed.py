@@ -50,6 +50,18 @@ DEFAULT_TIMEOUT = 60.0
 _MAX_DEPTH = 64
 _DIGEST_SIZE = 16
 _OK, _FAILED = 0, 1
+MIN_TIMEOUT = 0.001
+"""The shortest timeout accepted: gloo counts whole milliseconds and takes 0 as "forever"."""
+
+# The check's wire format. Each exchange opens with a preamble whose size never changes
+# (that of release 0.1.0's first message, protocol 1, so a rank of any release meets one of
+# the same size and gloo never aborts on a size mismatch): a marker, the protocol, the size
+# of the header that follows, and the release. Ranks whose preambles differ stop there, each
+# with LG301 naming the releases, before any message whose size could differ.
+_PROTOCOL = 2
+_MARKER = 0xA7  # protocol 1 opened with its status byte, 0 or 1
+_PREAMBLE_SIZE = 25
+_RELEASE_SIZE = 13
 
 
 # --- the fingerprint ----------------------------------------------------------------------
@@ -291,13 +303,66 @@ def _all_gather_bytes(data: bytes, group: ProcessGroup, size: int) -> list[bytes
     return [bytes(o.numpy().tobytes()) for o in outputs]
 
 
+@functools.cache
+def _release() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lora-guard")
+    except PackageNotFoundError:  # run from a source tree
+        return "unknown"
+
+
+def _preamble() -> bytes:
+    release = _release().encode("ascii", "replace")[:_RELEASE_SIZE].ljust(_RELEASE_SIZE, b"\0")
+    header = (1 + _DIGEST_SIZE + 8).to_bytes(2, "little")
+    return bytes([_MARKER, _PROTOCOL]) + header + release + bytes(
+        _PREAMBLE_SIZE - 4 - _RELEASE_SIZE)
+
+
+def _speaks(preamble: bytes) -> str:
+    """What a rank's preamble says of its release, in words."""
+    if preamble[0] != _MARKER:
+        return "an earlier lora_guard release (check protocol 1, a 25-byte header)"
+    release = preamble[4:4 + _RELEASE_SIZE].rstrip(b"\0").decode("ascii", "replace")
+    header = int.from_bytes(preamble[2:4], "little")
+    return f"lora_guard {release} (check protocol {preamble[1]}, a {header}-byte header)"
+
+
+class _ReleasesDiffer(Exception):
+    """The ranks' preambles differ: what each rank said, in group order."""
+
+    def __init__(self, spoken: list[str]) -> None:
+        super().__init__(spoken)
+        self.spoken = spoken
+
+
+def _releases_differ(subject: str, ranks: Sequence[int], spoken: Sequence[str]) -> list[Violation]:
+    """One LG301 ``protocol`` per release that differs from the most common one."""
+    groups: dict[str, list[int]] = {}
+    for rank, said in zip(ranks, spoken, strict=True):
+        groups.setdefault(said, []).append(rank)
+    ours = max(groups, key=lambda k: (len(groups[k]), -groups[k][0]))
+    reference = groups[ours][0]
+    return [make_violation(
+        "LG301", "protocol", subject, ranks=members, reference=reference, path="protocol",
+        diff=(f"rank {members[0]} runs" if len(members) == 1 else f"ranks {members} run")
+        + f" {said}, rank {reference} runs {ours}",
+        values={str(r): said for r in members} | {str(reference): ours},
+    ) for said, members in groups.items() if said != ours]
+
+
 def _exchange(
     local: dict[str, str] | BaseException, group: ProcessGroup
 ) -> list[dict[str, str] | str] | None:
     """None when every rank's fingerprint equals ours; else every rank's, in group order.
 
-    A rank that could not fingerprint its state sends its error text instead.
+    A rank that could not fingerprint its state sends its error text instead. Ranks of
+    another release: `_ReleasesDiffer`, after the preamble only.
     """
+    preambles = _all_gather_bytes(_preamble(), group, _PREAMBLE_SIZE)
+    if len(set(preambles)) > 1:
+        raise _ReleasesDiffer([_speaks(p) for p in preambles])
     if isinstance(local, BaseException):
         status, digest = _FAILED, bytes(_DIGEST_SIZE)
         payload = json.dumps(f"{type(local).__name__}: {local}").encode()
@@ -399,6 +464,13 @@ def _check_timeout(timeout: object, where: str) -> float:
             f"positive number or a datetime.timedelta), got {timeout!r}; the default is "
             f"{DEFAULT_TIMEOUT:g}."
         )
+    if timeout < MIN_TIMEOUT:
+        raise ValueError(
+            f"{where}(timeout=...) is {timeout!r} s, under a millisecond: gloo counts whole "
+            "milliseconds and would round it to 0, which it takes as 'wait forever'; pass at "
+            f"least {MIN_TIMEOUT:g} (1 ms), or a few seconds: the default is "
+            f"{DEFAULT_TIMEOUT:g}."
+        )
     return float(timeout)
 
 
@@ -426,6 +498,8 @@ def _check(
         stage = "exchanging fingerprints"
         with _EXCHANGE_LOCK:  # two threads' collectives on one group must not interleave
             gathered = _exchange(local, group)
+    except _ReleasesDiffer as differ:  # no comparison possible: refused whatever the mode
+        refuse(_releases_differ(subject, ranks, differ.spoken))
     except RuntimeError as exc:  # gloo: a peer timed out, closed the connection or died
         _GROUPS.drop(ranks, timeout)
         problem = _backend_problem(exc)
@@ -467,7 +541,10 @@ def assert_rank_consistent(
     first call, with Python-level byte buffers on the CPU: an NCCL job needs no device tensors
     and no ``torch.cuda.set_device`` for it. A rank that does not answer within ``timeout``
     seconds (dead, hung, or not calling) makes the others raise LG301 ``timeout`` whatever the
-    mode, never hang: the job is broken at that point, restart it.
+    mode, never hang: the job is broken at that point, restart it. A timeout under a
+    millisecond is refused (gloo would round it to 0, "wait forever"). Ranks running
+    different lora_guard releases raise LG301 ``protocol`` naming each rank's release, whatever
+    the mode, before any message whose size could differ between releases.
 
     Returns at once, checking nothing, when torch.distributed is not initialised, when the
     group has one rank, in mode ``off`` (use one mode on every rank) and under

@@ -11,7 +11,8 @@ Example:
     >>> def load(a, b): ...
     >>> plan = FastPathPlan("load", inspect.signature(load),
     ...                     {"a": parse_spec("n r"), "b": parse_spec("r n")})
-    >>> print(ast.unparse(build_fast_path(plan)).splitlines()[-3])
+    >>> source = ast.unparse(build_fast_path(plan))
+    >>> print(next(line for line in source.splitlines() if "!=" in line))
         if _lg_1_0 != _lg_d_r or _lg_1_1 != _lg_d_n:
 """
 
@@ -20,15 +21,18 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
+import itertools
 import linecache
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import CodeType
 from typing import Any, cast
 
 from lora_guard._checking.dims import Dim, DimSpec
 
-__all__ = ["GLOBALS", "FastPathPlan", "build_fast_path", "default_name", "inline_where"]
+__all__ = ["GLOBALS", "FastPathPlan", "build_fast_path", "compile_fast_path", "default_name",
+           "inline_where"]
 
 # The globals the generated function reads, each supplied by the caller's namespace.
 GLOBALS = (
@@ -239,11 +243,29 @@ def _read_shapes(checks: _Checks) -> None:
         guarded += [unpack, *_dtype_checks(plan, arg)]
         rank_checks += [rank_check] if rank_check is not None else []
     guarded += _same_dtype_check(plan)
-    caught = ast.Tuple(elts=[_load(n) for n in ("AttributeError", "TypeError", "ValueError",
-                                                "_lg_Slow")], ctx=ast.Load())
-    handler = ast.ExceptHandler(type=caught, name=None, body=[checks.to_slow()])
+    # Any error reading a shape (a nested tensor's RuntimeError included) is the slow
+    # path's to name: it reports LG004.
+    handler = ast.ExceptHandler(type=_load("Exception"), name=None, body=[checks.to_slow()])
     checks.body.append(ast.Try(body=guarded, handlers=[handler], orelse=[], finalbody=[]))
     checks.slow_if(rank_checks)
+
+
+def _check_sizes(checks: _Checks) -> None:
+    """``(_lg_d_a | _lg_d_b | ...) < 0``: every bound dim an int that is not negative, in one
+    expression (a float or a string raises TypeError, a negative int makes it negative).
+    Every other dim was compared equal to a bound dim or to a literal, so it is one of those
+    ints, or (a float such as 16.0) equal to one: metadata only a hand-made object can hold,
+    never a tensor."""
+    bound = sorted(checks.bound)
+    if not bound:
+        return
+    combined: ast.expr = _load(f"_lg_d_{bound[0]}")
+    for name in bound[1:]:
+        combined = ast.BinOp(left=combined, op=ast.BitOr(), right=_load(f"_lg_d_{name}"))
+    test = _if(_compare(combined, ast.Lt(), ast.Constant(0)), checks.to_slow())
+    # TypeError for a float or a string; a jagged tensor's nested int raises AttributeError
+    handler = ast.ExceptHandler(type=_load("Exception"), name=None, body=[checks.to_slow()])
+    checks.body.append(ast.Try(body=[test], handlers=[handler], orelse=[], finalbody=[]))
 
 
 def _dim_order(specs: Mapping[str, DimSpec]) -> list[tuple[str, int]]:
@@ -318,7 +340,7 @@ def build_fast_path(plan: FastPathPlan) -> ast.Module:
     off = ast.BoolOp(op=ast.Or(), values=[
         _attr("_lg_state", "off"), ast.Call(func=_load("_lg_compiling"), args=[], keywords=[])])
     checks.body.append(_if(off, forward))
-    for step in (_read_shapes, _check_dims, _check_where, _check_frozen):
+    for step in (_read_shapes, _check_dims, _check_sizes, _check_where, _check_frozen):
         step(checks)
     checks.body.append(copy.deepcopy(forward))
     # Python 3.12+ also wants the (empty) type parameters spelled out.
@@ -326,6 +348,23 @@ def build_fast_path(plan: FastPathPlan) -> ast.Module:
     definition = ast.FunctionDef(name=plan.name, args=_arguments(plan.signature),
                                  body=checks.body, decorator_list=[], returns=None, **extra)
     return ast.fix_missing_locations(ast.Module(body=[definition], type_ignores=[]))
+
+
+_SERIAL = itertools.count(1)
+
+
+def compile_fast_path(module: ast.Module, filename: str) -> tuple[CodeType, str]:
+    """The module's code and source, the source registered with `linecache` under
+    ``filename`` (made unique), as attrs does: a traceback through the guard shows the
+    generated lines, and `inspect.getsource` finds them."""
+    source = ast.unparse(module) + "\n"
+    lines = source.splitlines(True)
+    held = linecache.cache.get(filename)
+    if held is not None and (len(held) < 3 or held[2] != lines):
+        filename = f"{filename[:-1]}-{next(_SERIAL)}>"  # another function of the same name
+    # mtime None: linecache.checkcache never drops it (there is no file to compare with).
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    return compile(source, filename, "exec"), source
 
 
 # -- inlining ``where=lambda d: ...`` -------------------------------------------------------

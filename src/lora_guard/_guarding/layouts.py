@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
@@ -64,8 +65,12 @@ class LayoutRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # Each admission's number, and per thread what the last one replaced: a failed load
-        # puts back what *its* admission replaced, and only if nothing was admitted since.
+        # The number of the last admission of each admitted id (from one counter for all
+        # ids, so a number is never reused), and per thread what its last admission
+        # replaced: a failed load puts back what *its* admission replaced, and only if that
+        # admission is still the id's last: a later admission of the id, or its release (an
+        # unload while the reload was in flight), is never undone.
+        self._admissions = itertools.count(1)
         self._generation: dict[str, int] = {}
         self._local = threading.local()
         self._adapters: dict[str, MoELayout | None] = {}
@@ -124,8 +129,7 @@ class LayoutRegistry:
 
     def _record(self, adapter_id: str, layout: MoELayout | None) -> None:
         before = (adapter_id in self._adapters, self._adapters.get(adapter_id))
-        generation = self._generation.get(adapter_id, 0) + 1
-        self._generation[adapter_id] = generation
+        generation = self._generation[adapter_id] = next(self._admissions)
         self._local.admission = (adapter_id, before, generation)
         self._forget(adapter_id)
         self._adapters[adapter_id] = layout
@@ -139,11 +143,6 @@ class LayoutRegistry:
             ids.pop(adapter_id, None)
             if not ids:
                 del self._by_layout[layout]
-
-    def _entry(self, adapter_id: str) -> tuple[bool, MoELayout | None]:
-        """Whether the adapter is admitted, and its layout: what `_restore` puts back."""
-        with self._lock:
-            return adapter_id in self._adapters, self._adapters.get(adapter_id)
 
     def _last_admission(self) -> tuple[str, tuple[bool, MoELayout | None], int] | None:
         """(id, the entry it replaced, its number) of this thread's last admission."""
@@ -164,18 +163,14 @@ class LayoutRegistry:
                 if layout is not None:
                     self._by_layout.setdefault(layout, {})[adapter_id] = None
 
-    def _restore(self, adapter_id: str, entry: tuple[bool, MoELayout | None]) -> None:
-        admitted, layout = entry
-        with self._lock:
-            if admitted:
-                self._record(adapter_id, layout)
-            else:
-                self._forget(adapter_id)
-
     def release(self, adapter_id: str) -> None:
-        """Forget an adapter on unload; unknown ids are ignored (unload is idempotent)."""
+        """Forget an adapter on unload; unknown ids are ignored (unload is idempotent).
+
+        An unload wins over a reload of the same id still in flight: if that reload then
+        fails, the adapter stays released (the failed load puts nothing back)."""
         with self._lock:
             self._forget(adapter_id)
+            self._generation.pop(adapter_id, None)
 
     def __contains__(self, adapter_id: object) -> bool:
         with self._lock:

@@ -9,9 +9,9 @@ with the reference interpreter in ``_dims``, reports, and keeps the state transa
 
 from __future__ import annotations
 
-import ast
 import functools
 import inspect
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -24,6 +24,7 @@ from lora_guard._core.errors import Violation, make_violation
 from lora_guard._guarding.fast_path import (
     FastPathPlan,
     build_fast_path,
+    compile_fast_path,
     default_name,
     inline_where,
 )
@@ -34,14 +35,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _STORE_KEY = "__lora_guard_frozen__"
 _LOCK = threading.RLock()
-_FOREIGN_STORES: weakref.WeakKeyDictionary[Any, _FrozenStore] = weakref.WeakKeyDictionary()
+# The stores of owners without a __dict__ (a __slots__ pool), by id(): dropped when the owner
+# dies (weakref.finalize), or, for an owner that takes no weak reference either, kept with
+# the owner and swept once nothing but this table holds it (`_sweep_unweakrefable`).
+_FOREIGN_STORES: dict[int, _FrozenStore] = {}
 _UNWEAKREFABLE_STORES: dict[int, tuple[Any, _FrozenStore]] = {}
+_SWEEP_AT = [64]  # the table's size that triggers the next sweep (twice the size after one)
 
 
 class _FrozenStore:
     """The dims frozen on one owner (instance, class, or plain function)."""
 
-    __slots__ = ("__weakref__", "calls", "confirmed", "dims", "origin", "owner")
+    __slots__ = ("__weakref__", "calls", "confirmed", "dims", "origin", "owner", "pending")
 
     def __init__(self) -> None:
         self.owner = 0  # id() of the instance whose __dict__ holds it (0: not an instance)
@@ -53,20 +58,27 @@ class _FrozenStore:
         self.calls: dict[str, tuple[int, ...]] = {}
         # Dims some call's body has run with: a failed first call no longer releases them.
         self.confirmed: set[str] = set()
+        # Per dim not yet confirmed, how many calls with it are in their bodies now: a failed
+        # first call releases the dim only when no twin call still relies on it.
+        self.pending: dict[str, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"dims": self.dims, "origin": self.origin, "calls": self.calls,
-                "confirmed": self.confirmed}
+        """Only what a call's body has run with: a dim frozen by a first call still in its
+        body (which may yet fail and release it) is not the copy's."""
+        with _LOCK:
+            dims = {d: v for d, v in self.dims.items() if d in self.confirmed}
+            return {"dims": dims, "origin": {d: o for d, o in self.origin.items() if d in dims},
+                    "calls": dict(self.calls), "confirmed": set(self.confirmed)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.owner = 0
         self.dims, self.origin, self.calls = state["dims"], state["origin"], state["calls"]
         self.confirmed = state.get("confirmed", set(self.dims))
+        self.pending = {}
 
     def copy(self) -> _FrozenStore:
         new = _FrozenStore()
-        new.dims, new.origin = dict(self.dims), dict(self.origin)
-        new.calls, new.confirmed = dict(self.calls), set(self.confirmed)
+        new.__setstate__(self.__getstate__())
         return new
 
 
@@ -109,17 +121,45 @@ def _store_in_namespace(
 
 
 def _store_outside(owner: Any, *, create: bool) -> _FrozenStore | None:
-    """The store of an owner without a ``__dict__``: by weak reference, else kept alive."""
-    try:
-        store = _FOREIGN_STORES.get(owner)
-        if store is None and create:
-            store = _FOREIGN_STORES[owner] = _FrozenStore()
+    """The store of an owner without a ``__dict__``, by its id: an id is not reused while
+    the entry lives (dropped when the owner dies, or holding the owner)."""
+    key = id(owner)
+    store = _FOREIGN_STORES.get(key)
+    if store is not None:
         return store
-    except TypeError:  # neither a __dict__ nor weak references: keep it alive with its store
-        entry = _UNWEAKREFABLE_STORES.get(id(owner))
-        if entry is None and create:
-            entry = _UNWEAKREFABLE_STORES[id(owner)] = (owner, _FrozenStore())
-        return entry[1] if entry else None
+    entry = _UNWEAKREFABLE_STORES.get(key)
+    if entry is not None:
+        return entry[1]
+    if not create:
+        return None
+    store = _FrozenStore()
+    try:
+        weakref.finalize(owner, _FOREIGN_STORES.pop, key, None)
+    except TypeError:  # neither a __dict__ nor weak references: kept with its owner
+        if len(_UNWEAKREFABLE_STORES) >= _SWEEP_AT[0]:
+            _sweep_unweakrefable()
+        _UNWEAKREFABLE_STORES[key] = (owner, store)
+    else:
+        _FOREIGN_STORES[key] = store
+    return store
+
+
+def _references(entry: tuple[Any, _FrozenStore]) -> int:
+    return sys.getrefcount(entry[0])
+
+
+# What `_references` counts for an owner that only the table holds (the entry and the call).
+_ONLY_OURS = _references((object(), _FrozenStore()))
+
+
+def _sweep_unweakrefable() -> None:
+    """Drop the entries whose owner only the table still holds (the server dropped the pool):
+    amortised, the table stays within twice the pools alive (plus 64)."""
+    dead = [key for key, entry in _UNWEAKREFABLE_STORES.items()
+            if _references(entry) <= _ONLY_OURS]
+    for key in dead:
+        del _UNWEAKREFABLE_STORES[key]
+    _SWEEP_AT[0] = max(64, 2 * len(_UNWEAKREFABLE_STORES))
 
 
 def frozen_dims(obj: object) -> dict[str, int]:
@@ -237,6 +277,10 @@ class _ShapeGuard:
             return self.fn(*args, **kwargs)
         bound = self.signature.bind(*args, **kwargs)
         values = {name: bound.arguments.get(name) for name in self.specs}
+        unreadable = self._unreadable(values)
+        if unreadable:
+            report(unreadable)
+            return self.fn(*args, **kwargs)
         dims, origin, violations = bind_dims(
             self.subject, self.specs, values, where=self.where,
             dtypes=self.dtype_names, same_dtype=self.same_dtype,
@@ -247,25 +291,38 @@ class _ShapeGuard:
         if not self.frozen:
             return self.fn(*args, **kwargs)
         owner = bound.arguments[self.owner_param] if self.owner_param else self
-        store, drift, newly = self._freeze(owner, dims, origin, values)
+        store, drift, held = self._freeze(owner, dims, origin, values)
         if drift:
             report(drift)  # refused before the body ran: the owner's state is untouched
             return self.fn(*args, **kwargs)
         try:
             result = self.fn(*args, **kwargs)
         except BaseException:
-            if newly:  # the first call failed: nothing was allocated, so freeze nothing...
-                self._release(store, newly)
+            if held:  # a first call failed: nothing was allocated, so freeze nothing...
+                self._release(store, held)
             raise
-        self._confirm(owner, store, dims)
+        self._confirm(owner, store, dims, held)
         return result
+
+    def _unreadable(self, values: dict[str, Any]) -> list[Violation]:
+        """LG004 for each argument whose ``.shape`` is no shape (float, negative or text
+        dims, an endless or unreadable ``.shape``, a ragged tensor)."""
+        found = []
+        for name, value in values.items():
+            try:
+                shape_of(value, name=f"argument {name!r}")
+            except (TypeError, ValueError) as exc:
+                found.append(make_violation("LG004", "bad-shape", self.subject,
+                                            argument=name, problem=str(exc)))
+        return found
 
     def _freeze(
         self, owner: Any, dims: dict[str, int], origin: dict[str, tuple[str, int]],
         values: dict[str, Any],
     ) -> tuple[_FrozenStore, list[Violation], dict[str, int]]:
         """The owner's store, LG001 for each frozen dim this call changes, and (when none
-        does) the dims this call freezes for the first time, already recorded."""
+        does) the frozen dims no body has confirmed yet, which this call now holds: recorded
+        (by the first call to bind them) and counted as pending until its body ends."""
         with _LOCK:
             store = self.function_store if owner is self else _store_of(owner, create=True)
             assert store is not None
@@ -281,25 +338,43 @@ class _ShapeGuard:
             ]
             if drift:
                 return store, drift, {}
-            newly = {d: dims[d] for d in self.frozen if d in dims and d not in store.dims}
-            store.dims.update(newly)
-            store.origin.update(dict.fromkeys(newly, self.subject))
-        return store, [], newly
+            held = {d: dims[d] for d in self.frozen if d in dims and d not in store.confirmed}
+            for dim, value in held.items():
+                if dim not in store.dims:
+                    store.dims[dim] = value
+                    store.origin[dim] = self.subject
+                store.pending[dim] = store.pending.get(dim, 0) + 1
+        return store, [], held
 
     @staticmethod
-    def _release(store: _FrozenStore, newly: dict[str, int]) -> None:
-        """Undo a failed first call's freezing, unless a concurrent call with these dims has
-        succeeded since."""
+    def _unhold(store: _FrozenStore, held: dict[str, int]) -> list[str]:
+        """End this call's hold on its unconfirmed dims; those no other call holds now."""
+        free = []
+        for dim in held:
+            left = store.pending.get(dim, 1) - 1
+            if left > 0:
+                store.pending[dim] = left
+            else:
+                store.pending.pop(dim, None)
+                free.append(dim)
+        return free
+
+    @classmethod
+    def _release(cls, store: _FrozenStore, held: dict[str, int]) -> None:
+        """Undo a failed first call's freezing, unless a twin call with these dims is still
+        in its body or has succeeded since (atomically with their freezing, under _LOCK)."""
         with _LOCK:
-            for dim, value in newly.items():
-                if dim not in store.confirmed and store.dims.get(dim) == value:
+            for dim in cls._unhold(store, held):
+                if dim not in store.confirmed and store.dims.get(dim) == held[dim]:
                     del store.dims[dim]
                     store.origin.pop(dim, None)
 
-    def _confirm(self, owner: Any, store: _FrozenStore, dims: dict[str, int]) -> None:
+    def _confirm(self, owner: Any, store: _FrozenStore, dims: dict[str, int],
+                 held: dict[str, int]) -> None:
         """A call whose body succeeded confirms its dims and opens the fast path: until then
         every call takes the slow path, so a failed first call can still be undone."""
         with _LOCK:
+            self._unhold(store, held)
             bound_frozen = [d for d in self.frozen if d in dims]
             if all(store.dims.get(d) == dims[d] for d in bound_frozen):
                 store.confirmed.update(bound_frozen)
@@ -337,10 +412,11 @@ def _compile(guard: _ShapeGuard) -> Callable[..., Any]:
     }
     namespace.update((default_name(p.name), p.default)
                      for p in guard.signature.parameters.values() if p.default is not p.empty)
-    filename = f"<lora_guard.shapes {fn.__module__}.{fn.__qualname__}>"
-    exec(compile(module, filename, "exec"), namespace)
+    code, source = compile_fast_path(module, f"<lora_guard.shapes {fn.__module__}."
+                                             f"{fn.__qualname__}>")
+    exec(code, namespace)
     wrapper = namespace[plan.name]
-    wrapper.__lora_guard_source__ = ast.unparse(module) + "\n"
+    wrapper.__lora_guard_source__ = source
     return cast("Callable[..., Any]", wrapper)
 
 

@@ -11,24 +11,31 @@ Where:
 
 - ``hf://ORG/REPO[@REVISION][/SUBFOLDER]``, and a bare Hub id ``ORG/NAME`` where the engines
   take one: a string of exactly two names joined by one ``/`` (letters, digits, ``.``, ``_``,
-  ``-``) whose first name is no local file or folder. Read through huggingface_hub (its HTTP client,
-  retries, token from ``HF_TOKEN`` or ``hf auth login``, endpoint from ``HF_ENDPOINT``, and its
-  redirect policy).
-- ``s3://BUCKET/PREFIX``: through s3fs (botocore's credential chain: environment, profiles,
-  instance roles; ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` for another S3 API).
+  ``-``) whose first name is no local file or folder. huggingface_hub gives the token (``HF_TOKEN``
+  or ``hf auth login``), headers, URLs and error mapping; ``HF_ENDPOINT`` the endpoint. The token
+  goes to the endpoint's origin only: a redirect elsewhere (the CDN) is followed without it, a
+  listing page on another host is refused.
+- ``s3://BUCKET/PREFIX``: botocore's credential chain (environment, profiles, instance roles;
+  ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` for another S3 API), signer and error parsing.
 - ``http://`` / ``https://``: the URL of an adapter folder (its files are ``URL/adapter_config
-  .json`` and ``URL/adapter_model.safetensors``), through requests; a redirect is followed only
-  to the same origin.
+  .json`` and ``URL/adapter_model.safetensors``); a redirect is followed only to the same origin.
+
+Every request of every store is sent by `lora_guard._reading.fetch.Client`: a total deadline
+per read, a byte cap on every body (error bodies included), ``Retry-After`` capped, and
+credentials only to their origin. A listed path is checked before it becomes part of a URL
+(`_unsafe`: no ``..``, absolute, encoded or backslash form), and a listing is at most
+`_MAX_PAGES` pages of `_MAX_PAGE_BYTES` each, within one deadline.
 
 A Hub repo or an S3 prefix is listed and each adapter folder in it found, as a local folder is
 searched. Many adapters are read at once by a bounded pool of threads; every request has a
 timeout and is retried with backoff on throttling and transient errors. A failed read is one
-adapter's violation (LG140; LG108 for what was read but is not a valid adapter), never a
-traceback, and the rest of the run goes on.
+adapter's violation (LG140; LG108 for what was read but is not a valid adapter, or what a
+store answered that is never followed), never a traceback, and the rest of the run goes on.
 
 The libraries are the optional extra ``lora-guard[remote]``; they are imported only here, when
 a remote adapter is read. Settings from the environment: ``LORA_GUARD_REMOTE_WORKERS``
-(parallel reads, 16), ``LORA_GUARD_REMOTE_TIMEOUT`` (seconds per request, 30),
+(parallel reads, 16), ``LORA_GUARD_REMOTE_TIMEOUT`` (seconds per socket operation, 30),
+``LORA_GUARD_REMOTE_DEADLINE`` (seconds per read in all, 120),
 ``LORA_GUARD_REMOTE_RETRIES`` (retries of a throttled or failed request, 4) and
 ``LORA_GUARD_REMOTE_BACKOFF`` (first wait between retries in seconds, doubling, 0.5).
 """
@@ -36,15 +43,19 @@ a remote adapter is read. Settings from the environment: ``LORA_GUARD_REMOTE_WOR
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextvars
+import io
+import json
 import os
 import pathlib
 import posixpath
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from lora_guard._core.config import refuse
 from lora_guard._reading.adapters import (
@@ -61,6 +72,7 @@ from lora_guard._reading.adapters import (
     malformed_violation,
     parse_config,
 )
+from lora_guard._reading.fetch import Client, FetchError, Reply, origin_of
 from lora_guard._reading.safetensors import (
     HeaderError,
     TensorInfo,
@@ -85,7 +97,9 @@ _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _HUB_ID = re.compile(rf"{_NAME}/{_NAME}")
 _ADAPTER_FILES = frozenset((CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES))
 _MAX_LISTED = 1_000_000  # keys listed under one prefix before the listing is refused
-_MAX_REDIRECTS = 5
+_MAX_PAGES = 1_000  # pages of one listing before it is refused (the Hub's hold 1,000 entries)
+_MAX_PAGE_BYTES = 16 * 2**20  # bytes of one listing page before it is refused unparsed
+_MAX_S3_SENDS = 4  # requests botocore may send for one S3 call (a region redirect, a retry)
 
 
 class RemoteError(Malformed):
@@ -127,12 +141,14 @@ def is_remote(path: str) -> bool:
 
 @dataclass(frozen=True)
 class Settings:
-    """How remote reads run: parallel reads, seconds per request, retries, first backoff."""
+    """How remote reads run: parallel reads, seconds per socket operation, seconds per read
+    in all (retries and waits included), retries, first backoff."""
 
     workers: int = 16
     timeout: float = 30.0
     retries: int = 4
     backoff: float = 0.5
+    deadline: float = 120.0
 
 
 def settings(environ: Mapping[str, str] | None = None) -> Settings:
@@ -140,7 +156,8 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for name, kind, low in (("workers", int, 1), ("timeout", float, 0.001),
-                            ("retries", int, 0), ("backoff", float, 0.0)):
+                            ("retries", int, 0), ("backoff", float, 0.0),
+                            ("deadline", float, 0.001)):
         key = f"LORA_GUARD_REMOTE_{name.upper()}"
         raw = env.get(key)
         if raw is None or raw == "":
@@ -152,7 +169,7 @@ def settings(environ: Mapping[str, str] | None = None) -> Settings:
         if value is None or value < low or (name == "workers" and value > 1024):
             want = "an integer from 1 to 1024" if name == "workers" else (
                 "an integer >= 0" if kind is int else "a number of seconds > 0"
-                if name == "timeout" else "a number of seconds >= 0")
+                if name in ("timeout", "deadline") else "a number of seconds >= 0")
             raise RemoteSetupError(f"{key}={raw!r}: set it to {want}")
         values[name] = value
     return Settings(**values)
@@ -178,7 +195,7 @@ def _redact(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)[-1]
     if "@" in parts.netloc:
         netloc = "***@" + netloc
-    return urlunsplit((parts.scheme, netloc, parts.path, "?..." if parts.query else "", ""))
+    return urlunsplit((parts.scheme, netloc, parts.path, "..." if parts.query else "", ""))
 
 
 def _folder_of(path: str) -> str:
@@ -229,73 +246,242 @@ def _not_found(url: str, what: str) -> RemoteError:
     return RemoteError(url, what, kind="not-found")
 
 
+# Listed paths ----------------------------------------------------------------------------
+
+
+def _unsafe(path: str) -> str | None:
+    """Why a listed path may not become part of a URL (None when it may): a path is a
+    relative path of plain names, each the same once percent-decoded, so no server can resolve
+    it outside the folder it was listed in."""
+    if not path:
+        return "is empty"
+    if path.startswith("/"):
+        return "is absolute"
+    if "\\" in path:
+        return "holds a backslash"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return "holds a control character"
+    for segment in path.split("/"):
+        decoded, previous = segment, None
+        while decoded != previous:  # %252e%252e is %2e%2e is ..
+            previous, decoded = decoded, unquote(decoded)
+        if segment == "":
+            return "holds an empty segment"
+        if segment in (".", ".."):
+            return f"holds a {segment!r} segment"
+        if decoded in (".", "..") or "/" in decoded or "\\" in decoded:
+            return f"holds {segment!r}, an encoded {decoded!r}"
+    return None
+
+
+def _check_listed(paths: Iterable[str], under: str = "") -> None:
+    """`Malformed` (LG108, untrusted) for a listing naming any path that is not safe, or
+    one outside the folder ``under`` that was listed."""
+    for path in paths:
+        why = _unsafe(path)
+        if why is None and under and not path.startswith(under + "/"):
+            why = f"is outside the listed folder {under[:200]!r}"
+        if why is not None:
+            raise Malformed("listing", f"it names the path {path[:200]!r}, which {why}; a "
+                            "store that lists a path out of its folder is not read",
+                            kind="untrusted")
+
+
+def _fetch_error(shown: str, exc: FetchError) -> Malformed:
+    """The violation of a failed read: LG108 for what is never followed, LG140 otherwise."""
+    if exc.kind == "untrusted":
+        return Malformed(shown, exc.problem, kind="untrusted")
+    return RemoteError(shown, exc.problem, kind=exc.kind)
+
+
+def _client(cfg: Settings) -> Client:
+    _require("httpcore2")
+    return Client(timeout=cfg.timeout, deadline=cfg.deadline, retries=cfg.retries,
+                  backoff=cfg.backoff, connections=max(10, cfg.workers))
+
+
 # S3 --------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Call:
+    """What one botocore call's request may read, and the reply it got (botocore parses a
+    copy of the capped body; the reader uses the reply itself)."""
+
+    limit: int
+    listing: bool
+    replies: list[Reply] = field(default_factory=list)
+
+
+_s3_call: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+    "lora_guard_s3_call", default=None)
+
+
+class _Raw:
+    """The body botocore reads (``stream`` for an error or a listing, ``read`` for an
+    object), from bytes already read within their cap."""
+
+    def __init__(self, data: bytes) -> None:
+        self.buffer = io.BytesIO(data)
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self.buffer.read()
+
+    def read(self, amt: int | None = None) -> bytes:
+        return self.buffer.read(amt)
+
+    def close(self) -> None:
+        pass
+
+
 class _S3(_Store):
+    """S3 through botocore's credential chain, signer and error parsing; every request sent
+    by the bounded client (botocore's ``before-send`` event), with botocore's own retries off
+    (the client retries within the deadline)."""
+
     scheme = "s3"
 
     def __init__(self, cfg: Settings) -> None:
-        s3fs = _require("s3fs")
+        super().__init__(cfg)
+        session = _require("botocore.session")
+        config = _require("botocore.config")
+        self.awsrequest = _require("botocore.awsrequest")
+        self.exceptions = _require("botocore.exceptions")
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        self.fs = s3fs.S3FileSystem(
-            skip_instance_cache=True, use_listings_cache=False,
-            endpoint_url=endpoint or None,
-            config_kwargs={
-                "connect_timeout": cfg.timeout, "read_timeout": cfg.timeout,
-                "retries": {"max_attempts": cfg.retries + 1, "mode": "standard"},
-                "max_pool_connections": max(10, cfg.workers),
-            },
-        )
-        self.fs.retries = 1  # one try at s3fs's level: botocore retries (standard mode)
-        self.fs.connect()  # once, here: the pool's threads share the client
+        self.http = _client(cfg)
+        self.s3 = session.get_session().create_client(
+            "s3", endpoint_url=endpoint or None,
+            config=config.Config(retries={"max_attempts": 1, "mode": "standard"},
+                                 connect_timeout=cfg.timeout, read_timeout=cfg.timeout,
+                                 max_pool_connections=max(10, cfg.workers)))
+        self.s3.meta.events.register("before-send.s3", self._send)
 
-    def _call(self, url: str, name: str, fn: Callable[[], Any]) -> Any:
+    def _send(self, request: Any, **_: Any) -> Any:
+        call = _s3_call.get()
+        if call is None or request.method not in ("GET", "HEAD"):
+            raise FetchError(f"unexpected S3 request {request.method}", "unreachable")
+        if len(call.replies) >= _MAX_S3_SENDS:  # botocore's region redirects, in a loop
+            raise FetchError(f"more than {_MAX_S3_SENDS} requests for one read (the endpoint "
+                             "keeps redirecting)", "redirect")
+        headers = {k: v.decode("latin-1") if isinstance(v, bytes) else str(v)
+                   for k, v in request.headers.items()}
+        reply = self.http.get(request.url, method=request.method, limit=call.limit,
+                              headers=headers, follow=False)  # signed for this URL only
+        if call.listing and reply.over_cap and 200 <= reply.status < 300:
+            raise FetchError(f"a listing page larger than {call.limit:,} bytes; not parsed",
+                             "untrusted")
+        call.replies.append(reply)
+        head = dict(reply.headers)
+        head.pop("content-encoding", None)
+        head["content-length"] = str(len(reply.body))  # the bytes botocore is given
+        return self.awsrequest.AWSResponse(reply.url, reply.status, head, _Raw(reply.body))
+
+    def _call(self, shown: str, name: str, limit: int, listing: bool, op: str,
+              **kwargs: Any) -> tuple[Any, Reply]:
+        call = _Call(limit, listing)
+        token = _s3_call.set(call)
         try:
-            return fn()
-        except FileNotFoundError:
-            raise _not_found(url, f"{name or 'prefix'} not found (no such bucket or key)"
-                             ) from None
-        except PermissionError as exc:
-            raise RemoteError(url, f"access denied ({_short(exc)})", kind="denied") from None
-        except (OSError, TimeoutError) as exc:
-            raise RemoteError(url, f"S3 read failed after retries ({_short(exc)})",
-                              kind="unreachable") from None
+            result = getattr(self.s3, op)(**kwargs)
+            return result, call.replies[-1]
+        except FetchError as exc:
+            raise _fetch_error(shown, exc) from None
+        except self.exceptions.ClientError as exc:
+            raise self._error(shown, name, exc) from None
+        except self.exceptions.NoCredentialsError:
+            raise RemoteError(shown, "no AWS credentials found", kind="denied") from None
+        except Exception as exc:
+            raise RemoteError(shown, f"S3 read failed ({_short(exc)})", kind="unreachable"
+                              ) from None
+        finally:
+            _s3_call.reset(token)
+
+    @staticmethod
+    def _error(shown: str, name: str, exc: Any) -> RemoteError:
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in ("NoSuchKey", "NoSuchBucket", "404") or status == 404:
+            return _not_found(shown, f"{name or 'prefix'} not found (no such bucket or key)")
+        if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+                    "ExpiredToken") or status in (401, 403):
+            return RemoteError(shown, f"access denied ({code or status})", kind="denied")
+        if code == "InvalidRange" or status == 416:
+            return RemoteError(shown, f"{name}: range not satisfiable (the file is shorter "
+                               "than its header says)", kind="truncated")
+        return RemoteError(shown, f"S3 read failed after retries (HTTP {status} {code})"
+                           .rstrip(), kind="unreachable")
 
     def discover(self, url: str) -> list[tuple[str, str, dict[str, int | None]]]:
-        path = url[len("s3://"):]
-        root = _folder_of(path)
-        if not root.strip("/"):
+        root = _folder_of(url[len("s3://"):]).strip("/")
+        bucket, _, prefix = root.partition("/")
+        if not bucket:
             raise _not_found(url, "no bucket in the URL (expected s3://BUCKET/PREFIX)")
-        listed = self._call(url, "", lambda: self.fs.find(root, detail=True))
-        if len(listed) > _MAX_LISTED:
-            raise RemoteError(url, f"more than {_MAX_LISTED} keys under the prefix; name a "
-                              "narrower prefix", kind="not-found")
-        sizes = {k.rstrip("/"): int(v.get("size") or 0) for k, v in listed.items()
-                 if v.get("type") != "directory"}
-        return [(url if folder.rstrip("/") == root.rstrip("/") else f"s3://{folder}", folder,
-                 files) for folder, files in _group(sizes)]
+        listed: dict[str, int | None] = {}
+        token: str | None = None
+        until = time.monotonic() + self.cfg.deadline
+        for _ in range(_MAX_PAGES):
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": f"{prefix}/" if prefix else ""}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page, _reply = self._call(url, "", _MAX_PAGE_BYTES, True, "list_objects_v2",
+                                      **kwargs)
+            keys = {str(o.get("Key", "")): int(o.get("Size") or 0)
+                    for o in page.get("Contents") or () if not str(o.get("Key", "")).endswith("/")}
+            _check_listed(keys, prefix)
+            listed.update((f"{bucket}/{k}", v) for k, v in keys.items())
+            if len(listed) > _MAX_LISTED:
+                raise RemoteError(url, f"more than {_MAX_LISTED:,} keys under the prefix; name "
+                                  "a narrower prefix", kind="not-found")
+            token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+            if not token:
+                break
+            if time.monotonic() > until:
+                raise RemoteError(url, f"the listing took longer than its {self.cfg.deadline:g} "
+                                  "s deadline (LORA_GUARD_REMOTE_DEADLINE); name a narrower "
+                                  "prefix", kind="unreachable")
+        else:
+            raise Malformed("listing", f"more than {_MAX_PAGES:,} pages; a listing that never "
+                            "ends is not followed", kind="untrusted")
+        return [(url if folder == root else f"s3://{folder}", folder, files)
+                for folder, files in _group(listed)]
 
     def read(self, folder: str, name: str, start: int, end: int) -> tuple[bytes, int | None]:
-        key = f"{folder}/{name}"
-        data = self._call(f"s3://{key}", name,
-                          lambda: self.fs.cat_file(key, start=start, end=end))
-        return bytes(data), None
+        bucket, _, key = f"{folder}/{name}".partition("/")
+        shown = f"s3://{folder}/{name}"
+        result, reply = self._call(shown, name, end, False, "get_object", Bucket=bucket,
+                                   Key=key, Range=f"bytes={start}-{end - 1}")
+        result["Body"].close()
+        return _ranged(reply, start, end)
+
+
+def _ranged(reply: Reply, start: int, end: int) -> tuple[bytes, int | None]:
+    """Bytes ``start`` to ``end`` of a 200 or 206 reply, and the file's size when it says it:
+    a server that ignored the range was read no further than ``end``."""
+    if reply.status == 206:
+        return reply.body[:end - start], _total(reply.headers)
+    length = reply.headers.get("content-length", "")
+    return reply.body[start:end], int(length) if length.isdigit() else None
 
 
 # Hugging Face Hub ------------------------------------------------------------------------
 
 
 class _Hub(_Store):
+    """The Hub's tree and resolve endpoints, with huggingface_hub's token, headers, URLs and
+    error mapping; the token goes to the endpoint's origin only (a CDN redirect is followed
+    without it, a listing page on another host is refused)."""
+
     scheme = "hf"
 
     def __init__(self, cfg: Settings) -> None:
+        super().__init__(cfg)
         self.hub = _require("huggingface_hub")
         self.utils = _require("huggingface_hub.utils")
         self.errors = _require("huggingface_hub.errors")
-        self.cfg = cfg
-        constants = _require("huggingface_hub.constants")
-        self.endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        self.constants = _require("huggingface_hub.constants")
+        self.endpoint = (os.environ.get("HF_ENDPOINT") or self.constants.ENDPOINT).rstrip("/")
+        self.origin = origin_of(self.endpoint)
+        self.http = _client(cfg)
 
     @staticmethod
     def parse(url: str) -> tuple[str, str | None, str]:
@@ -308,33 +494,38 @@ class _Hub(_Store):
         sub = _folder_of("/".join(parts[2:]))
         return f"{parts[0]}/{repo}", unquote(revision) if revision else None, sub
 
-    def _get(self, url: str, shown: str, what: str, *, headers: dict[str, str] | None = None,
-             params: dict[str, Any] | None = None, limit: int | None = None
-             ) -> tuple[bytes, Any]:
-        """GET through huggingface_hub's client (retries, backoff, its redirect policy), reading
-        at most ``limit`` bytes of the body."""
-        all_headers = {**self.utils.build_hf_headers(), **(headers or {})}
+    def _get(self, url: str, shown: str, what: str, *, limit: int, cross_origin: bool,
+             headers: dict[str, str] | None = None, until: float | None = None) -> Reply:
+        """GET from the Hub: its headers, the token to the endpoint only; an error status
+        raised as the library maps it."""
+        if self.constants.is_offline_mode():
+            raise RemoteError(shown, "HF_HUB_OFFLINE is set; unset it to read from the Hub",
+                              kind="unreachable")
+        built = {k.lower(): v for k, v in self.utils.build_hf_headers().items()}
+        token = {"authorization": built.pop("authorization")} if "authorization" in built else {}
         try:
-            with self.utils.http_stream_backoff(
-                    "GET", url, headers=all_headers, params=params, timeout=self.cfg.timeout,
-                    max_retries=self.cfg.retries, base_wait_time=self.cfg.backoff,
-                    max_wait_time=max(self.cfg.backoff, 8.0)) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    self.utils.hf_raise_for_status(response)
-                chunks: list[bytes] = []
-                got = 0
-                for chunk in response.iter_bytes():
-                    chunks.append(chunk)
-                    got += len(chunk)
-                    if limit is not None and got >= limit:
-                        break
-                data = b"".join(chunks)
-                return (data if limit is None else data[:limit]), response
-        except Malformed:
-            raise
+            reply = self.http.get(url, limit=limit, headers={**built, **(headers or {})},
+                                  credentials=token, origin=self.origin,
+                                  cross_origin=cross_origin, until=until)
+        except FetchError as exc:
+            raise _fetch_error(shown, exc) from None
+        if reply.status >= 400:
+            raise self._status_error(reply, shown, what)
+        return reply
+
+    def _status_error(self, reply: Reply, shown: str, what: str) -> RemoteError:
+        import httpx2
+
+        headers = {k: v for k, v in reply.headers.items()
+                   if k not in ("content-encoding", "content-length", "transfer-encoding")}
+        response = httpx2.Response(reply.status, headers=headers, content=reply.body,
+                                   request=httpx2.Request("GET", reply.url))
+        try:
+            self.utils.hf_raise_for_status(response)
         except Exception as exc:
-            raise self._error(shown, what, exc) from None
+            return self._error(shown, what, exc)
+        return RemoteError(shown, f"Hub read failed after retries (HTTP {reply.status})",
+                           kind="unreachable")
 
     def _error(self, shown: str, what: str, exc: Exception) -> RemoteError:
         e = self.errors
@@ -352,9 +543,6 @@ class _Hub(_Store):
             return _not_found(shown, "revision not found")
         if isinstance(exc, (e.EntryNotFoundError, e.RemoteEntryNotFoundError)):
             return _not_found(shown, f"{what} not found in the repo")
-        if isinstance(exc, e.OfflineModeIsEnabled):
-            return RemoteError(shown, "HF_HUB_OFFLINE is set; unset it to read from the Hub",
-                               kind="unreachable")
         if status in (401, 403):
             return RemoteError(shown, f"access denied (HTTP {status})", kind="denied")
         if status == 404:
@@ -369,35 +557,44 @@ class _Hub(_Store):
     def _tree(self, repo: str, revision: str | None, sub: str, shown: str
               ) -> dict[str, int | None]:
         """Every file under ``sub`` (the Hub's tree endpoint, as `HfApi.list_repo_tree` calls
-        it, with a timeout per page)."""
+        it), page by page: at most `_MAX_PAGES` pages of `_MAX_PAGE_BYTES`, each page's next
+        link on the endpoint's own origin, all within one deadline."""
         rev = quote(revision or "main", safe="")
         path = "/" + quote(sub, safe="") if sub else ""
-        url: str | None = f"{self.endpoint}/api/models/{repo}/tree/{rev}{path}"
-        params: dict[str, Any] | None = {"recursive": True, "expand": False}
+        url = f"{self.endpoint}/api/models/{repo}/tree/{rev}{path}?recursive=true&expand=false"
+        until = time.monotonic() + self.cfg.deadline
         listed: dict[str, int | None] = {}
-        while url is not None:
-            import json
-
-            body, response = self._get(url, shown, sub or "repo", params=params,
-                                       limit=64_000_000)
+        for _ in range(_MAX_PAGES):
+            reply = self._get(url, shown, sub or "repo", limit=_MAX_PAGE_BYTES,
+                              cross_origin=False, until=until)
+            if reply.over_cap:
+                raise Malformed("listing", f"a page larger than {_MAX_PAGE_BYTES:,} bytes; "
+                                "not parsed", kind="untrusted")
             try:
-                page = json.loads(body)
-            except ValueError:
+                page = json.loads(reply.body)
+            except (ValueError, RecursionError):
                 raise RemoteError(shown, "the Hub's listing is not JSON", kind="unreachable"
                                   ) from None
             if not isinstance(page, list):
                 raise RemoteError(shown, "the Hub's listing is not a list", kind="unreachable")
-            for entry in page:
-                if isinstance(entry, dict) and entry.get("type") == "file" and isinstance(
-                        entry.get("path"), str):
-                    size = entry.get("size")
-                    listed[entry["path"]] = size if isinstance(size, int) else None
+            files = {e["path"]: e.get("size") for e in page if isinstance(e, dict)
+                     and e.get("type") == "file" and isinstance(e.get("path"), str)}
+            _check_listed(files, sub)
+            listed.update((p, s if type(s) is int and s >= 0 else None)
+                          for p, s in files.items())
             if len(listed) > _MAX_LISTED:
-                raise RemoteError(shown, f"more than {_MAX_LISTED} files listed; name a "
+                raise RemoteError(shown, f"more than {_MAX_LISTED:,} files listed; name a "
                                   "subfolder", kind="not-found")
-            url = response.links.get("next", {}).get("url")
-            params = None
-        return listed
+            following = reply.links.get("next")
+            if following is None:
+                return listed
+            if origin_of(following) != self.origin:
+                raise Malformed("listing", f"its next page is on another host "
+                                f"({_redact(following)}); not followed, with the token or "
+                                "without", kind="untrusted")
+            url = following
+        raise Malformed("listing", f"more than {_MAX_PAGES:,} pages; a listing that never ends "
+                        "is not followed", kind="untrusted")
 
     def discover(self, url: str) -> list[tuple[str, str, dict[str, int | None]]]:
         repo, revision, sub = self.parse(url)
@@ -422,9 +619,9 @@ class _Hub(_Store):
         url = self.hub.hf_hub_url(repo, name, subfolder=sub or None,
                                   revision=revision or None, endpoint=self.endpoint)
         shown = f"hf://{repo}{'@' + revision if revision else ''}/{posixpath.join(sub, name)}"
-        data, response = self._get(url, shown, name, headers={"Range": f"bytes={start}-{end - 1}"},
-                                   limit=end - start)
-        return data, _total(response.headers)
+        reply = self._get(url, shown, name, limit=end, cross_origin=True,
+                          headers={"Range": f"bytes={start}-{end - 1}"})
+        return _ranged(reply, start, end)
 
 
 # HTTP(S) ---------------------------------------------------------------------------------
@@ -434,21 +631,8 @@ class _HTTP(_Store):
     scheme = "http"
 
     def __init__(self, cfg: Settings) -> None:
-        requests = _require("requests")
-        retry = _require("urllib3.util.retry")
-        self.requests = requests
-        self.cfg = cfg
-        self.session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(
-            pool_connections=4, pool_maxsize=max(10, cfg.workers),
-            max_retries=retry.Retry(
-                total=cfg.retries, connect=cfg.retries, read=cfg.retries, redirect=0,
-                status=cfg.retries, backoff_factor=cfg.backoff,
-                status_forcelist=(429, 500, 502, 503, 504), allowed_methods=frozenset({"GET"}),
-                respect_retry_after_header=True, raise_on_status=False,
-                raise_on_redirect=False))
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
+        super().__init__(cfg)
+        self.http = _client(cfg)
 
     def discover(self, url: str) -> list[tuple[str, str, dict[str, int | None]]]:
         parts = urlsplit(url)
@@ -461,37 +645,14 @@ class _HTTP(_Store):
     def read(self, folder: str, name: str, start: int, end: int) -> tuple[bytes, int | None]:
         url = f"{folder}/{name}"
         shown = _redact(url)
-        origin = urlsplit(url)[:2]
-        for _ in range(_MAX_REDIRECTS + 1):
-            try:
-                response = self.session.get(
-                    url, headers={"Range": f"bytes={start}-{end - 1}",
-                                  "Accept-Encoding": "identity"}, stream=True,
-                    allow_redirects=False, timeout=self.cfg.timeout)
-            except self.requests.RequestException as exc:
-                raise RemoteError(shown, f"HTTP read failed after retries ({_short(exc)})",
-                                  kind="unreachable") from None
-            with response:
-                target = _same_origin_redirect(response, url, origin, shown)
-                if target is None:
-                    return _ranged_body(response, shown, start, end)
-            url = target
-        raise RemoteError(shown, f"more than {_MAX_REDIRECTS} redirects", kind="redirect")
-
-
-def _same_origin_redirect(response: Any, url: str, origin: tuple[str, str], shown: str
-                          ) -> str | None:
-    """Where a redirect reply leads (None for any other reply); `RemoteError` for another
-    host, which is never followed."""
-    if response.status_code not in (301, 302, 303, 307, 308):
-        return None
-    if "location" not in response.headers:
-        return None
-    target = urljoin(url, str(response.headers["location"]))
-    if urlsplit(target)[:2] != origin:
-        raise RemoteError(shown, f"redirected to another host ({_redact(target)}); not "
-                          "followed", kind="redirect")
-    return target
+        try:  # a redirect is followed on the same origin only
+            reply = self.http.get(url, limit=end, headers={"Range": f"bytes={start}-{end - 1}"})
+        except FetchError as exc:
+            raise _fetch_error(shown, exc) from None
+        error = _http_status_error(reply.status, shown)
+        if error is not None:
+            raise error
+        return _ranged(reply, start, end)
 
 
 def _http_status_error(status: int, shown: str) -> RemoteError | None:
@@ -506,23 +667,6 @@ def _http_status_error(status: int, shown: str) -> RemoteError | None:
         return RemoteError(shown, "range not satisfiable (the file is shorter than its header "
                            "says)", kind="truncated")
     return RemoteError(shown, f"HTTP {status} after retries", kind="unreachable")
-
-
-def _ranged_body(response: Any, shown: str, start: int, end: int) -> tuple[bytes, int | None]:
-    """Bytes ``start`` to ``end`` of a reply and the file's size, reading no further even when
-    the server ignored the range."""
-    error = _http_status_error(response.status_code, shown)
-    if error is not None:
-        raise error
-    try:
-        if response.status_code == 206:
-            return response.raw.read(end - start), _total(response.headers)
-        # The server ignored the range: read no more than asked, then hang up.
-        data = response.raw.read(end)[start:]
-        length = response.headers.get("content-length", "")
-        return data, int(length) if length.isdigit() else None
-    except Exception as exc:
-        raise RemoteError(shown, f"read cut off ({_short(exc)})", kind="truncated") from None
 
 
 def _total(headers: Mapping[str, str]) -> int | None:
