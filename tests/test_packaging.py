@@ -65,14 +65,15 @@ def test_the_second_command_runs_every_step_ci_has() -> None:
         sys.path.remove(str(ROOT / "tools"))
     assert readme_commands()[1] == "python tools/ci.py"
     assert list(ci.STEPS) == ["setup", "lint", "types", "layers", "docs", "suite", "peft",
-                              "engines"]
+                              "engines", "engines-older"]
     assert ci.TORCH == "torch==2.13.0"  # pinned before the extras: an open range pulls CUDA
     assert {"test", "docs", "bench", "peft-tests"} <= set(ci.EXTRAS[2:-1].split(","))
     source = (ROOT / "tools" / "ci.py").read_text(encoding="utf-8")
     for words in ('"ruff"), "check", "."', '"mypy")', '"lint-imports")',
                   '"build", "--strict"', '"--lora-guard",\n                         '
                   '"--lora-guard-instrument=peft"', '"tests/upstream/run_peft_suite.py"',
-                  '"tests/engines/run", "--lora-guard"'):
+                  '"tests/engines/run", "--lora-guard"',
+                  '"--vllm", "0.31.0",\n                                 "--sglang", "0.5.20"'):
         assert words in source, words
 
 

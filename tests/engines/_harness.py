@@ -60,11 +60,15 @@ def llama_config(**overrides: Any) -> Any:
 # --- real PEFT adapters -------------------------------------------------------------------------
 
 def peft_adapter(path: Path, *, base: Any = None, task_type: str | None = None,
-                 seed: int = 0, **lora: Any) -> Path:
+                 seed: int = 0, keep: dict[str, Any] | None = None, **lora: Any) -> Path:
     """A real PEFT adapter: ``get_peft_model(tiny model, LoraConfig(**lora)).save_pretrained``.
 
     ``base`` is the transformers config it is trained on (`llama_config` by default);
     ``task_type="SEQ_CLS"`` trains it on a sequence classifier (PEFT saves ``score``).
+    Every tensor the adapter trains is trained (moved off its initial value): lora_B, the
+    embedding LoRA's A and B, saved module copies, trainable token deltas, trained biases.
+    ``keep`` receives the trained ``model`` and the ``base`` folder (the base's weights as
+    served, saved before PEFT touched them), for measuring what an engine computes.
     """
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
@@ -76,16 +80,23 @@ def peft_adapter(path: Path, *, base: Any = None, task_type: str | None = None,
         model: Any = AutoModelForSequenceClassification.from_config(config)
     else:
         model = AutoModelForCausalLM.from_config(config)
+    if keep is not None:
+        keep["base"] = path.parent / f"{path.name}-base"
+        model.save_pretrained(str(keep["base"]))
     lora.setdefault("target_modules", ["q_proj", "v_proj"])
     lora.setdefault("r", 8)
     if task_type is not None:
         lora["task_type"] = task_type
     peft_model = get_peft_model(model, LoraConfig(**lora))
-    with torch.no_grad():  # a trained adapter: B is not zero
+    with torch.no_grad():  # a trained adapter: B is not zero, nor are its other trained parts
         for name, parameter in peft_model.named_parameters():
-            if "lora_B" in name or "lora_embedding_B" in name:
+            if "lora_B" in name or "lora_embedding_" in name:
                 parameter.normal_(std=0.02)
+            elif parameter.requires_grad and "lora_A" not in name:  # copies, deltas, biases
+                parameter.add_(torch.randn_like(parameter), alpha=0.02)
     peft_model.save_pretrained(str(path))
+    if keep is not None:
+        keep["model"] = peft_model
     return path
 
 

@@ -27,7 +27,6 @@ PAGE = h.HERE.parents[1] / "docs" / "engines" / "compatibility.md"
 SILENT: dict[str, dict[str, str]] = {
     "sglang": {
         "lora-bias": "sglang loads no LoRA bias: the adapter serves without the bias it trained",
-        "bias-all": "sglang ignores `bias`: the trained biases are dropped",
         "bias-lora-only": "sglang ignores `bias`: the trained biases are dropped",
         "save-lm-head": "sglang ignores `modules_to_save`: the fully trained lm_head is dropped",
         "save-embed": "sglang ignores `modules_to_save`: the trained embed_tokens is dropped",

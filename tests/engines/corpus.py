@@ -33,8 +33,9 @@ class Case:
     files: dict[str, str] = field(default_factory=dict)
     """Other files of the folder, name -> text (a tokenizer save's added_tokens.json)."""
 
-    def build(self, root: Path) -> Path:
-        path = h.peft_adapter(root / self.name, task_type=self.task_type,
+    def build(self, root: Path, keep: dict[str, Any] | None = None) -> Path:
+        """The adapter folder; ``keep`` receives the trained model and the base's folder."""
+        path = h.peft_adapter(root / self.name, task_type=self.task_type, keep=keep,
                               base=self.base() if self.base else None, **self.lora)
         if self.edit is not None:
             h.edit_weights(path, self.edit)
@@ -103,6 +104,10 @@ def _bigger_base() -> Any:
     return h.llama_config(hidden_size=128, intermediate_size=256)
 
 
+def _biased_base() -> Any:
+    return h.llama_config(attention_bias=True)
+
+
 def _bigger_vocab() -> Any:
     return h.llama_config(vocab_size=256)
 
@@ -144,8 +149,10 @@ CASES: list[Case] = [
     # --- features --------------------------------------------------------------------------
     Case("dora", "use_dora", dict(use_dora=True)),
     Case("lora-bias", "lora_bias", dict(lora_bias=True)),
-    Case("bias-all", 'bias="all"', dict(bias="all")),
-    Case("bias-lora-only", 'bias="lora_only"', dict(bias="lora_only")),
+    Case("bias-all", 'bias="all" on a base with biases (trained biases saved)',
+         dict(bias="all"), base=_biased_base),
+    Case("bias-lora-only", 'bias="lora_only" on a base with biases (trained biases saved)',
+         dict(bias="lora_only"), base=_biased_base),
     Case("save-lm-head", 'modules_to_save=["lm_head"]', dict(modules_to_save=["lm_head"])),
     Case("save-embed", 'modules_to_save=["embed_tokens"]',
          dict(modules_to_save=["embed_tokens"])),
@@ -176,4 +183,7 @@ CASES: list[Case] = [
     Case("zero-size", "a zero-size lora_A", edit=_zero_size),
     Case("missing-lora-b", "a lora_B missing", edit=_drop_lora_b),
     Case("transposed-a", "a lora_A saved transposed", edit=_transposed),
+    # --- what a flag names, and what the files hold ------------------------------------
+    Case("bias-all-none-saved", 'bias="all" on a base without biases: no bias tensor saved',
+         dict(bias="all")),
 ]

@@ -432,8 +432,11 @@ _SGLANG_RULES = (
          "sglang/srt/lora/lora_config.py:LoRAConfig.__init__; "
          "sglang/srt/lora/lora_manager.py:LoRAManager.validate_new_adapter"),
     Rule("LG105", "ignores bias, lora_bias, modules_to_save (lm_head too), aLoRA, "
-         "layer_replication and QALoRA: such adapters load and serve wrongly",
-         "sglang/srt/lora/lora.py:LoRAAdapter.initialize_weights", engine_refuses=False),
+         "layer_replication and QALoRA: such adapters load and serve wrongly; bias only where "
+         "bias tensors are saved (bias=\"all\" on a base without biases saves none and serves "
+         "as trained, measured by the engine tier's equivalence tests)",
+         "sglang/srt/lora/lora.py:LoRAAdapter.initialize_weights", engine_refuses=False,
+         uses=("bias-by-tensors",)),
     Rule("LG116", "PiSSA, OLoRA, CorDA and LoftQ initialisations are not read: such an "
          "adapter (not converted to plain LoRA) serves on the original base weights it no "
          "longer matches", "sglang/srt/lora/lora_config.py:LoRAConfig.__init__",

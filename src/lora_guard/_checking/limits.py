@@ -16,7 +16,8 @@ __all__ = ["ENGINE_RULES", "ServingLimits", "limits_argument", "names", "positiv
 
 ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
                 "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
-                "target-modules-list", "plain-embeddings-refused", "one-scaling-rslora")
+                "target-modules-list", "plain-embeddings-refused", "one-scaling-rslora",
+                "bias-by-tensors")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:
@@ -144,6 +145,8 @@ class ServingLimits:
     """The engine's own rules, by name: ``packed-slices`` (a packed module and its parts
     match each other), ``packed-ranks-uniform`` (LG111), ``one-scaling`` (LG112),
     ``one-scaling-rslora`` (the same, the one scaling rsLoRA-aware: vLLM before 0.32),
+    ``bias-by-tensors`` (``bias`` refused only where bias tensors are saved: the flag alone
+    changes nothing the engine serves, sglang),
     ``rank-from-set`` (no max rank given: the largest ``r`` of the set is the pool's),
     ``cast`` (every weight is cast to the engine's dtype: mixed dtypes serve, LG106 only for
     ``dtypes`` given), ``init-rerun`` (PEFT: loading a PiSSA/OLoRA adapter redoes its

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import pathlib
 import shutil
@@ -192,6 +191,23 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, ConfigK
                     "hook attached or missing. Exit 1 when a supported engine misses a hook.")
     doctor.add_argument("--format", choices=("text", "json"), default="text",
                         help="text (one block per engine) or json")
+    verify = commands.add_parser(
+        "verify", help="run the installed engine's own LoRA layers against PEFT's, module by "
+        "module, on the CPU (needs the engine, PEFT and the base's weights)",
+        description="Build the installed engine's model and LoRA layers on the CPU, load the "
+        "adapter with the engine's own loader and run every LoRA-wrapped module (prefill and "
+        "decode) against PEFT's LoRA layers reloaded from the adapter's files; the base's "
+        "weights are read one module at a time. Exit 0 when every module serves as trained, "
+        "1 when one differs or the engine refuses the adapter, 2 when it cannot run.")
+    verify.add_argument("adapter", metavar="ADAPTER", help="the adapter's folder")
+    verify.add_argument("--engine", required=True, choices=("vllm", "sglang"),
+                        help="the installed engine whose LoRA layers run")
+    verify.add_argument("--base", required=True, metavar="MODEL_DIR",
+                        help="the base model's folder: config.json and *.safetensors")
+    verify.add_argument("--format", choices=("text", "json"), default="text",
+                        help="text (modules that differ, then the verdict) or json (every "
+                        "module)")
+    verify.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser, check, keys
 
 
@@ -491,11 +507,29 @@ def _doctor(output: str) -> int:
     return run(output)
 
 
+def _verify(args: argparse.Namespace) -> int:
+    """``lora-guard verify`` (`lora_guard._frontends.verify`: imports torch and the engine)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError("[torch-missing] verify runs the engine's LoRA layers and needs "
+                         "torch: pip install 'lora-guard[torch]' and the engine")
+    from lora_guard._frontends import verify
+
+    try:
+        return verify.run(args.adapter, engine=args.engine, base=args.base, out=sys.stdout,
+                          err=sys.stderr, progress=not args.no_progress,
+                          as_json=args.format == "json")
+    except verify.VerifyError as exc:
+        raise UsageError(str(exc)) from None
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "check": _run_check,
     "explain": lambda args: _explain(args.code, markdown=args.markdown),
     "codes": lambda args: _codes(args.format),
     "doctor": lambda args: _doctor(args.format),
+    "verify": _verify,
 }
 """Subcommand -> the function that runs it and returns the exit status."""
 

@@ -285,6 +285,9 @@ def _feature_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
             continue
         if name in limits.allow:
             continue
+        if name == "bias" and "bias-by-tensors" in limits.engine_rules and "bias" not in \
+                spec.extra_keys.values():
+            continue  # the engine ignores the flag: no bias tensor saved, none is dropped
         if name == "added_tokens":
             found.extend(_added_tokens(subject, value, limits, vocab))
             continue
