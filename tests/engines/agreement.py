@@ -222,18 +222,19 @@ def table(engine: str, version: str, found: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_page(engine: str, text: str, version: str) -> str | None:
+def check_page(engine: str, text: str, version: str | None = None) -> str | None:
     """The page's block for ``engine`` ``version`` against ``text``: None when equal (or
-    rewritten; a release without a block gets one at the end of the page)."""
-    start, end = (f"<!-- {engine} {version} table: start -->\n",
-                  f"<!-- {engine} {version} table: end -->")
+    rewritten; a release without a block gets one at the end of the page). Without a
+    version, the block named by ``engine`` alone (e.g. ``vllm measured``)."""
+    name = engine if version is None else f"{engine} {version}"
+    start, end = (f"<!-- {name} table: start -->\n", f"<!-- {name} table: end -->")
     page = PAGE.read_text(encoding="utf-8")
     if start not in page or end not in page:
         if os.environ.get("LORA_GUARD_WRITE_COMPAT") == "1":
-            PAGE.write_text(f"{page.rstrip()}\n\n### {engine} {version}\n\n{start}{text}{end}\n",
+            PAGE.write_text(f"{page.rstrip()}\n\n### {name}\n\n{start}{text}{end}\n",
                             encoding="utf-8")
             return None
-        return (f"{PAGE} has no {engine} {version} table; rerun the tier with "
+        return (f"{PAGE} has no {name} table; rerun the tier with "
                 "LORA_GUARD_WRITE_COMPAT=1 and review the diff")
     head, rest = page.split(start, 1)
     current, tail = rest.split(end, 1)

@@ -207,6 +207,6 @@ def check_tier(engine: str, version: str, root: Path) -> dict[str, Measured]:
     over = [n for n, codes in checker.items() if codes and found[n].verdict == "as trained"]
     assert over == [], f"lora_guard refuses these, the engine serves them as trained: {over}"
     block = table(engine, version, found, checker)
-    stale = agreement.check_page(f"{engine} measured", block)
+    stale = agreement.check_page(f"{engine} measured", block, version)
     assert stale is None, stale
     return found

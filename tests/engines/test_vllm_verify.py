@@ -3,6 +3,7 @@ vllm's own LoRA layers against PEFT's, module by module, on the CPU."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 
@@ -15,6 +16,7 @@ if importlib.util.find_spec("vllm") is None:
 import _harness as h
 
 from lora_guard._frontends.cli import main
+from lora_guard._frontends.verify import VALIDATED_RELEASES
 
 pytestmark = pytest.mark.xdist_group("vllm")
 
@@ -28,6 +30,13 @@ def rslora(tmp_path):
     return adapter, keep["base"]
 
 
+INSTALLED = importlib.metadata.version("vllm")
+measured = pytest.mark.skipif(
+    INSTALLED not in (VALIDATED_RELEASES["vllm"] or ()),
+    reason="verify is measured on vLLM " + ", ".join(VALIDATED_RELEASES["vllm"] or ()))
+
+
+@measured
 def test_verify_finds_vllm_serves_a_trained_rslora_adapter_as_trained(rslora, capsys):
     adapter, base = rslora
     code = main(["verify", str(adapter), "--engine", "vllm", "--base", str(base),
@@ -43,6 +52,18 @@ def test_verify_finds_vllm_serves_a_trained_rslora_adapter_as_trained(rslora, ca
     assert all(r["diff"] <= 1e-4 * r["effect"] for r in trained)
 
 
+@pytest.mark.skipif(INSTALLED in (VALIDATED_RELEASES["vllm"] or ()),
+                    reason="a release verify is measured on")
+def test_verify_refuses_a_vllm_release_it_was_not_measured_on(rslora, capsys):
+    adapter, base = rslora
+    code = main(["verify", str(adapter), "--engine", "vllm", "--base", str(base)])
+    err = capsys.readouterr().err
+
+    assert code == 2
+    assert "[engine-release-unverified]" in err and f"vllm {INSTALLED}" in err
+
+
+@measured
 def test_verify_reports_the_engines_refusal(tmp_path, capsys):
     h.vllm_env()
     keep: dict = {}

@@ -51,6 +51,11 @@ fraction of the adapter's effect there (the largest ``|PEFT - base|``), or of th
 magnitude where the adapter changes nothing (fp32 on both sides: the rest is summation order)."""
 
 ENGINES = ("vllm", "sglang")
+VALIDATED_RELEASES: dict[str, tuple[str, ...] | None] = {"vllm": ("0.34.0",), "sglang": None}
+"""The releases whose LoRA layers verify's driver was measured against, per engine (None: any
+supported release). vLLM 0.31.0's CPU decode path, driven the same way, left every module at
+the base: until that is understood, verify refuses vLLM releases it has not been measured on
+rather than report what may be its own driver's fault."""
 PHASES = ("prefill", "decode")
 _TOKENS = 8
 _SEED = 0
@@ -781,6 +786,14 @@ def check_can_run(adapter: Path, engine: str, base: Path) -> Any:
                               f"verify runs {engine}'s own LoRA layers and PEFT's, and "
                               f"{needed} is not installed in this environment: {extra}, or run "
                               "verify where the server runs")
+    validated = VALIDATED_RELEASES[engine]
+    if validated is not None and _version(engine) not in validated:
+        raise VerifyError("engine-release-unverified",
+                          f"verify drives {engine}'s LoRA layers the way {engine} "
+                          f"{', '.join(validated)} runs them and has not been measured on "
+                          f"{engine} {_version(engine)}: run it in an environment with "
+                          f"{engine}=={validated[-1]}, or check the adapter with "
+                          f"lora-guard check --engine {engine}=={_version(engine)}")
     from transformers import AutoConfig
 
     return AutoConfig.from_pretrained(str(base))
