@@ -325,3 +325,31 @@ def test_no_public_docstring_names_a_private_module() -> None:
                      if callable(m) or isinstance(m, property)]
         found += [f"{where}: {m.group(0)}" for doc in docs for m in private.finditer(doc)]
     assert not found, found
+
+
+def test_a_failed_engine_environment_build_is_named_as_the_build_not_as_failed_tests(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import ci
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    ran: list[str] = []
+
+    class FailedBuild(ci.EngineBuild):  # pip could not resolve the engine environment
+        def wait(self) -> int:
+            return 1
+
+    monkeypatch.setattr(ci, "EngineBuild", FailedBuild)
+    monkeypatch.setattr(ci, "STEPS", {"lint": lambda: ran.append("lint") or 0,
+                                      "engines": lambda: ran.append("engines") or 0})
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    monkeypatch.setattr(ci, "venv_dir", lambda: venv)
+    assert ci.main(["lint", "engines"]) == 1
+    out = capsys.readouterr().out
+    assert ran == ["lint"]  # the tier never ran
+    assert "build of the engine environment" in out and "tests failed" not in out
+    assert "not run (an earlier step failed): engines" in out
