@@ -341,9 +341,14 @@ def test_a_failed_engine_environment_build_is_named_as_the_build_not_as_failed_t
         def wait(self) -> int:
             return 1
 
+    def step(name: str) -> Callable[[], int]:
+        def run() -> int:
+            ran.append(name)
+            return 0
+        return run
+
     monkeypatch.setattr(ci, "EngineBuild", FailedBuild)
-    monkeypatch.setattr(ci, "STEPS", {"lint": lambda: ran.append("lint") or 0,
-                                      "engines": lambda: ran.append("engines") or 0})
+    monkeypatch.setattr(ci, "STEPS", {"lint": step("lint"), "engines": step("engines")})
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").touch()
