@@ -17,12 +17,11 @@ import pytest
 
 import lora_guard as lg
 from conftest_adapters import peft_adapter
-from lora_guard._checking.check_adapters import ServingLimits
 from lora_guard._checking.registry import adapter_invariant, remove_invariant
+from lora_guard._checking.rules.context import AdapterContext
 from lora_guard._core.codes import check_codes
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._frontends.cli import main
-from lora_guard._reading.adapters import AdapterSpec
 from lora_guard.testing import write_adapter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -42,11 +41,10 @@ def _define_lg199() -> None:
         messages={"high": "{subject}: lora_dropout is {dropout}, above 0.5."},
         raised_by=("lg.check_adapters",),
     )
-    def dropout_too_high(subject: str, spec: AdapterSpec,
-                         limits: ServingLimits) -> Iterator[Violation]:
-        dropout = spec.config.get("lora_dropout", 0.0)
+    def dropout_too_high(ctx: AdapterContext) -> Iterator[Violation]:
+        dropout = ctx.spec.config.get("lora_dropout", 0.0)
         if isinstance(dropout, (int, float)) and dropout > 0.5:
-            yield make_violation("LG199", "high", subject, dropout=dropout)
+            yield make_violation("LG199", "high", ctx.subject, dropout=dropout)
 
 
 @pytest.fixture
@@ -109,7 +107,7 @@ def test_a_code_or_slug_taken_is_refused_and_nothing_changes() -> None:
     with pytest.raises(ValueError, match="slug 'rank-exceeds-limit' is taken by LG101"):
         adapter_invariant(code="LG198", slug="rank-exceeds-limit", title="t", summary="s",
                           triggers=("t",), fixes=("f",), error="AdapterError",
-                          messages={"m": "{subject}"})(lambda subject, spec, limits: [])
+                          messages={"m": "{subject}"})(lambda ctx: [])
     with pytest.raises(ValueError, match="one of AdapterError"):
         adapter_invariant(code="LG198", slug="made-up", title="t", summary="s",
                           triggers=("t",), fixes=("f",), error="NoSuchError",
