@@ -23,7 +23,7 @@ import re
 from lora_guard._checking.registry import BuiltInCheck, built_in_checks, plugin_codes
 from lora_guard._core import catalogue
 
-__all__ = ["CHECKS", "adapter_codes"]
+__all__ = ["CHECKS", "adapter_codes", "settled_codes"]
 
 _CODE_MODULE = re.compile(r"lg\d{3}_[a-z0-9_]+")
 
@@ -49,3 +49,18 @@ def adapter_codes() -> tuple[str, ...]:
     ``adapter_invariant``), in code order: what ``skip=`` of `lora_guard.check_adapter` and
     `spec_violations` accepts."""
     return tuple(sorted({*(check.code for check in CHECKS), *plugin_codes()}))
+
+
+def settled_codes(*codes: str) -> tuple[str, ...]:
+    """The codes of one adapter's checks that an integration leaves to its library (its
+    ``skip=``), checked against the registry when the integration is imported.
+
+    Example:
+        >>> settled_codes("LG106")
+        ('LG106',)
+    """
+    unknown = [code for code in codes if code not in adapter_codes()]
+    if unknown:
+        raise ValueError(f"settled_codes{codes}: {', '.join(unknown)} is no code of one "
+                         f"adapter's checks ({', '.join(adapter_codes())})")
+    return codes

@@ -10,9 +10,9 @@ from lora_guard._checking.registry import adapter_check, module_rule
 from lora_guard._checking.rules.context import AdapterContext, grouped_violations
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, Grouped
 from lora_guard._core.errors import Violation, make_violation
-from lora_guard._reading.adapters import LoRAModuleSpec
+from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
 
-__all__ = ["is_served", "unsupported_target"]
+__all__ = ["is_served", "names_not_served", "unsupported_target"]
 
 
 def is_served(module: LoRAModuleSpec, served: Collection[str], slices: bool = False) -> bool:
@@ -68,3 +68,17 @@ def _plain_embeddings(ctx: AdapterContext) -> list[Violation]:
         module=key.removesuffix(".weight").rsplit(".", 1)[-1])
         for key, what in ctx.spec.extra_keys.items()
         if what == "embedding-base" and not key.endswith(".base_layer.weight")][:MAX_PER_KIND]
+
+
+def names_not_served(spec: AdapterSpec, served: frozenset[str], subject: str) -> list[Violation]:
+    """For an engine that matches each module's name exactly against the modules it serves
+    (vLLM's load: a packed name such as ``qkv_proj`` is refused where its parts are served,
+    which `is_served` accepts for engines that split it): the first target it does not
+    serve (MoE experts aside), or nothing."""
+    fused = sorted({m.target for m in spec.modules.values() if m.target not in served
+                    and m.kind not in ("moe-flat", "moe-packed")})
+    if not fused:
+        return []
+    first = next(m for m in spec.modules.values() if m.target == fused[0])
+    return [make_violation("LG104", "module", subject, module=first.module, target=fused[0],
+                           served=", ".join(sorted(served)))]
