@@ -4,7 +4,7 @@ a name the engine does not read (``plain-embeddings-refused``)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 
 from lora_guard._checking.registry import adapter_check, module_rule
 from lora_guard._checking.rules.context import AdapterContext, grouped_violations
@@ -46,16 +46,20 @@ def served_module(ctx: AdapterContext, module: LoRAModuleSpec, grouped: Grouped,
 
 
 @adapter_check("LG104", position=50)
-def unsupported_target(ctx: AdapterContext) -> Iterator[Violation]:
+def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     spec, subject = ctx.spec, ctx.subject
-    for key in spec.unknown_keys[:MAX_PER_KIND]:  # keys outside the grammar
-        yield make_violation("LG104", "grammar", subject, key=key)
+    plain = "plain-embeddings-refused" in ctx.limits.engine_rules
+    if not spec.unknown_keys and not plain:  # most adapters: the served modules only
+        return grouped_violations(ctx, "LG104", "module")
+    found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
+             for key in spec.unknown_keys[:MAX_PER_KIND]]
     if len(spec.unknown_keys) > MAX_PER_KIND:
         rest = len(spec.unknown_keys) - MAX_PER_KIND
-        yield make_violation("LG104", "grammar", subject, key=f"... and {rest} more keys")
-    if "plain-embeddings-refused" in ctx.limits.engine_rules:
-        yield from _plain_embeddings(ctx)
-    yield from grouped_violations(ctx, "LG104", "module")  # modules the server does not serve
+        found.append(make_violation("LG104", "grammar", subject,
+                                    key=f"... and {rest} more keys"))
+    if plain:
+        found += _plain_embeddings(ctx)
+    return found + grouped_violations(ctx, "LG104", "module")  # modules not served
 
 
 def _plain_embeddings(ctx: AdapterContext) -> list[Violation]:
