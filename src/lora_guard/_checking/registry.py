@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lora_guard._core.catalogue import INVARIANTS, Invariant, _entry, register, unregister
+from lora_guard._core.catalogue import INVARIANTS, Invariant, entry, register, unregister
 from lora_guard._core.errors import _CLASSES, Violation
 from lora_guard._reading.adapters import AdapterSpec
 
@@ -87,20 +87,20 @@ _ORDERED: tuple[tuple[str, AdapterCheck], ...] = ()  # by code; replaced whole o
 _LOCK = threading.Lock()
 
 
-def adapter_invariant(**entry: Any) -> Callable[[_Check], _Check]:
+def adapter_invariant(**fields: Any) -> Callable[[_Check], _Check]:
     """Decorator: register a catalogue entry (the keyword arguments, as `lora_guard.Invariant`
     takes them) together with the per-adapter check it decorates.
 
     Refuses (ValueError, nothing registered) a code or slug already taken, an unknown
     ``error`` class name, a function that is not callable; the function is returned unchanged.
     """
-    error = entry.get("error")
+    error = fields.get("error")
     if error not in _CLASSES:
         raise ValueError(
             f"adapter_invariant(error={error!r}): the error is the name of a lora_guard error "
             f"class, one of {', '.join(sorted(_CLASSES))}"
         )
-    invariant = _entry(**entry)
+    invariant = entry(**fields)
 
     def decorate(check: _Check) -> _Check:
         if not callable(check):
