@@ -64,8 +64,9 @@ from typing import Any
 
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_cache_entry, check_slot_maps_violations
-from .._checking.engines import SPECS, running_limits
+from .._checking.engines import SPECS
 from .._checking.invariants import settled_codes
+from .._checking.limits import running_limits
 from .._core.config import report
 from .._core.errors import LoRAGuardError, Violation, make_violation
 from .._guarding.layouts import LayoutRegistry

@@ -44,9 +44,10 @@ from typing import Any
 
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_slot_maps_violations
-from .._checking.engines import SPECS, running_limits
+from .._checking.engines import SPECS
 from .._checking.invariants import settled_codes
 from .._checking.invariants.lg104_unsupported_target import names_not_served
+from .._checking.limits import running_limits
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._reading.adapters import AdapterSpec
