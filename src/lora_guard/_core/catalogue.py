@@ -525,10 +525,20 @@ _ENTRIES = (
                 "'<module>.base_layer.weight' and refuses this key as an unsupported LoRA "
                 "weight."
             ),
+            "shared-experts-overwritten": (
+                "{subject}: {module} is an indexed shared-expert weight; {engine} takes it for "
+                "routed expert {index} and writes it over that expert's LoRA weights without "
+                "a word."
+            ),
+            "shared-experts-refused": (
+                "{subject}: {module} is an indexed shared-expert weight (shared_experts."
+                "{index}); {engine} refuses it when it copies the adapter into its memory pool."
+            ),
         },
         raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
                    "integrations.sglang"),
-        variant_fixes={"grammar": 1, "saved-embedding": 2},
+        variant_fixes={"grammar": 1, "saved-embedding": 2, "shared-experts-overwritten": 1,
+                       "shared-experts-refused": 1},
     ),
     _entry(
         code="LG105",
@@ -822,6 +832,8 @@ _ENTRIES = (
             "Give the parts of each packed module one rank (retrain with a rank_pattern keyed "
             "on whole layers, or no rank_pattern), or serve the adapter with an engine that "
             "keeps the parts apart (vLLM, PEFT).",
+            "Give the experts of each MoE projection one rank (retrain without a per-expert "
+            "rank_pattern), or serve the adapter with PEFT.",
         ),
         example=(
             '# lora-guard check says:\n# LG111 packed-rank-mismatch: qkv_proj of model.layers.'
@@ -837,8 +849,13 @@ _ENTRIES = (
                 "{subject}: {packed} of {layer} stacks {parts} of ranks {ranks}; {engine} holds "
                 "one rank per packed module and refuses it."
             ),
+            "experts": (
+                "{subject}: the experts of {packed} have different ranks ({ranks}); {engine} "
+                "packs one rank per MoE projection and refuses it."
+            ),
         },
         raised_by=("lg.check_adapters", "lora-guard check"),
+        variant_fixes={"experts": 1},
     ),
     _entry(
         code="LG112",
@@ -875,6 +892,10 @@ _ENTRIES = (
             "scaling": (
                 "{subject}: {module} is scaled by {expected} in PEFT ({why}), but {engine} "
                 "scales the whole adapter by lora_alpha / r = {served}."
+            ),
+            "experts": (
+                "{subject}: the MoE experts {module} are scaled by {expected} in PEFT "
+                "(rsLoRA), but {engine} packs them with lora_alpha / r = {served}."
             ),
         },
         raised_by=("lg.check_adapters", "lora-guard check"),

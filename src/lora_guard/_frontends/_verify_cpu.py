@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import importlib.machinery
 import importlib.util
 import os
 import socket
@@ -46,7 +47,7 @@ def torchvision_stand_in() -> None:
     level (``InterpolationMode``, ``decode_jpeg``), registered after transformers has recorded
     torchvision as absent (so transformers never takes it for the real one). Nothing in the
     LoRA code calls it; ``decode_jpeg`` says so if anything does."""
-    if importlib.util.find_spec("torchvision") is not None or "torchvision" in sys.modules:
+    if "torchvision" in sys.modules or importlib.util.find_spec("torchvision") is not None:
         return
     from transformers.utils import import_utils
 
@@ -76,8 +77,12 @@ def torchvision_stand_in() -> None:
     vision.transforms = transforms  # type: ignore[attr-defined]
     vision.io = io  # type: ignore[attr-defined]
     vision.__version__ = "0.0.0+lora-guard-stand-in"  # type: ignore[attr-defined]
-    for module in (vision, transforms):
-        module.__path__ = []  # a package
+    for module in (vision, transforms, functional, io):  # found by importlib like a package
+        package = module in (vision, transforms)
+        module.__spec__ = importlib.machinery.ModuleSpec(module.__name__, None,
+                                                         is_package=package)
+        if package:
+            module.__path__ = []
     sys.modules.update({"torchvision": vision, "torchvision.transforms": transforms,
                         "torchvision.transforms.functional": functional, "torchvision.io": io})
 

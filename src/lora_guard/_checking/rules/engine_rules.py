@@ -9,6 +9,7 @@ from typing import Any
 
 from lora_guard._checking.limits import ServingLimits
 from lora_guard._checking.rules.memo import Memo, remember
+from lora_guard._checking.rules.moe_engine import moe_engine_rules
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, more
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec, pattern_value
@@ -62,6 +63,7 @@ def engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
                                   rslora_aware="one-scaling-rslora" in rules))
     if "plain-embeddings-refused" in rules:
         found.extend(_plain_embeddings(subject, spec, engine))
+    found.extend(moe_engine_rules(subject, spec, engine, rules))
 
 
 def _plain_embeddings(subject: str, spec: AdapterSpec, engine: str) -> list[Violation]:
