@@ -47,6 +47,8 @@ def torchvision_stand_in() -> None:
     level (``InterpolationMode``, ``decode_jpeg``), registered after transformers has recorded
     torchvision as absent (so transformers never takes it for the real one). Nothing in the
     LoRA code calls it; ``decode_jpeg`` says so if anything does."""
+    # sys.modules first: find_spec raises ValueError on a registered module without __spec__
+    # (another stand-in; this one has a spec, so importlib finds it like a package)
     if "torchvision" in sys.modules or importlib.util.find_spec("torchvision") is not None:
         return
     from transformers.utils import import_utils
