@@ -44,8 +44,18 @@ ENTRY = entry(
             "'<module>.base_layer.weight' and refuses this key as an unsupported LoRA "
             "weight."
         ),
+        "shared-experts-overwritten": (
+            "{subject}: {module} is an indexed shared-expert weight; {engine} takes it for "
+            "routed expert {index} and writes it over that expert's LoRA weights without a "
+            "word."
+        ),
+        "shared-experts-refused": (
+            "{subject}: {module} is an indexed shared-expert weight (shared_experts.{index}); "
+            "{engine} refuses it when it copies the adapter into its memory pool."
+        ),
     },
     raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
                "integrations.sglang"),
-    variant_fixes={"grammar": 1, "saved-embedding": 2},
+    variant_fixes={"grammar": 1, "saved-embedding": 2, "shared-experts-overwritten": 1,
+                   "shared-experts-refused": 1},
 )
