@@ -88,6 +88,11 @@ class Patch:
     optional: bool = False
     """A target missing from this release is skipped (with a warning naming it and the
     version) instead of leaving the whole module unpatched."""
+    fast: Callable[[Callable[..., Any], Callable[..., Any]], Callable[..., Any]] | None = None
+    """For a method an engine calls on every step: ``fast(original, guarded)`` returns the
+    function installed, which calls ``original(self, ...)`` itself when the state it guards
+    is as last verified (nothing new to check: one Python call on the engine's path) and
+    ``guarded(self, ...)`` (the wrapper, as without ``fast``) otherwise."""
 
 
 @dataclass(frozen=True)
@@ -375,7 +380,8 @@ class Integration:
             for patch, parent, attr in resolved:
                 original = vars(parent).get(attr, _MISSING)
                 setattr(parent, attr, _guarded(self, original, patch.wrapper,
-                                               method=isinstance(parent, type)))
+                                               method=isinstance(parent, type),
+                                               fast=patch.fast))
                 self._applied[(name, patch.path)] = _Applied(
                     parent, attr, original, vars(parent)[attr])
 
@@ -463,7 +469,9 @@ class Integration:
         return parent, attr
 
 
-def _guarded(integration: Integration, raw: Any, wrapper: Wrapper, *, method: bool) -> Any:
+def _guarded(integration: Integration, raw: Any, wrapper: Wrapper, *, method: bool,
+             fast: Callable[[Callable[..., Any], Callable[..., Any]], Callable[..., Any]]
+             | None = None) -> Any:
     """What goes in place of ``raw``: a plain function with the original's name and
     signature (``__wrapped__``) that calls ``wrapper(wrapped, instance, args, kwargs)`` while
     the integration is active and the mode is not ``off``, else the original itself.
@@ -476,7 +484,8 @@ def _guarded(integration: Integration, raw: Any, wrapper: Wrapper, *, method: bo
     if isinstance(raw, classmethod):
         return classmethod(functools.update_wrapper(_class_call(integration, fn, wrapper), fn))
     if method and not isinstance(raw, staticmethod):
-        return functools.update_wrapper(_method_call(integration, fn, wrapper), fn)
+        call = _method_call(integration, fn, wrapper)
+        return functools.update_wrapper(call if fast is None else fast(fn, call), fn)
     call = functools.update_wrapper(_plain_call(integration, fn, wrapper), fn)
     return staticmethod(call) if isinstance(raw, staticmethod) else call
 

@@ -457,16 +457,6 @@ def slot_violations(manager: Any) -> list[Violation]:
 def _activate_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
     lora_id = args[0] if args else kwargs.get("lora_id")
-    try:
-        verified = instance.__dict__[_VERIFIED_TABLE]
-    except (AttributeError, KeyError):
-        verified = None
-    if lora_id is not None and verified is not None and lora_id in verified and \
-            verified == getattr(instance, "lora_index_to_id", None):
-        # the slot table this guard verified last (its ids: the active adapters), unchanged,
-        # holds this adapter: vLLM returns early (already active), nothing new to check.
-        # Every step of a batch whose adapters stay resident.
-        return wrapped(*args, **kwargs)
     table: Any = getattr(instance, "lora_index_to_id", None)
     active = getattr(instance, "_active_adapters", None)
     found = slot_violations(instance)
@@ -483,6 +473,24 @@ def _activate_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[An
     return result
 
 
+_NOTHING: dict[str, Any] = {}
+
+
+def _activate_fast(original: Callable[..., Any],
+                   guarded: Callable[..., Any]) -> Callable[..., Any]:
+    """Every step activates each adapter of the batch; one already in the slot table this
+    guard verified last (its ids: the active adapters), with the table unchanged, is
+    vLLM's own early return: nothing new to check, the original is called at once."""
+    def activate_adapter(self: Any, lora_id: Any = _NOTHING, /, *args: Any,
+                         **kwargs: Any) -> Any:
+        verified = getattr(self, "__dict__", _NOTHING).get(_VERIFIED_TABLE)
+        if verified is not None and lora_id in verified and \
+                verified == self.lora_index_to_id:
+            return original(self, lora_id, *args, **kwargs)
+        if lora_id is _NOTHING:  # called by keyword
+            return guarded(self, *args, **kwargs)
+        return guarded(self, lora_id, *args, **kwargs)
+    return activate_adapter
 _VERIFIED_TABLE = "_lora_guard_verified_slots"
 """A copy of the manager's ``lora_index_to_id`` as this guard last found it consistent with
 the active adapters, kept on the manager. vLLM changes both together (activation, eviction,
@@ -513,7 +521,7 @@ INTEGRATION = Integration(
         Patch("vllm.lora.peft_helper", "PEFTHelper.validate_legal", ("self", "lora_config"),
               _validate_legal, optional=True),
         Patch("vllm.lora.model_manager", "LoRAModelManager.activate_adapter",
-              ("self", "lora_id"), _activate_adapter),
+              ("self", "lora_id"), _activate_adapter, fast=_activate_fast),
     ),
 )
 
