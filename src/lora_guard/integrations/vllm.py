@@ -483,9 +483,11 @@ def _activate_fast(original: Callable[..., Any],
     vLLM's own early return: nothing new to check, the original is called at once."""
     def activate_adapter(self: Any, lora_id: Any = _NOTHING, /, *args: Any,
                          **kwargs: Any) -> Any:
-        verified = getattr(self, "__dict__", _NOTHING).get(_VERIFIED_TABLE)
-        if verified is not None and lora_id in verified and \
-                verified == self.lora_index_to_id:
+        try:
+            verified = self.__dict__[_VERIFIED_TABLE]
+        except (AttributeError, KeyError):  # not verified yet
+            verified = _NOTHING
+        if lora_id in verified and verified == self.lora_index_to_id:
             return original(self, lora_id, *args, **kwargs)
         if lora_id is _NOTHING:  # called by keyword
             return guarded(self, *args, **kwargs)
