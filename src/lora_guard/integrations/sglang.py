@@ -357,15 +357,13 @@ def _prepare_fast(original: Callable[..., Any],
     """Every step prepares the batch's slots. A set of adapters that fits the pool, on a pool
     whose maps were verified, calls the original at once and only compares the maps with
     the verified copies after it (most steps: the adapters are resident, nothing moved)."""
-    def prepare_lora_batch(self: Any, cur_uids: Any = _NOTHING, /, *args: Any,
-                           **kwargs: Any) -> Any:
+    def prepare_lora_batch(self: Any, /, *args: Any, **kwargs: Any) -> Any:
         verified = getattr(self, "__dict__", _NOTHING).get(_VERIFIED_MAPS)
+        cur_uids = args[0] if args else kwargs.get("cur_uids")  # sglang: by keyword
         if verified is None or type(cur_uids) is not set or \
                 len(cur_uids) > self.max_loras_per_batch:
-            if cur_uids is _NOTHING:  # called by keyword
-                return guarded(self, *args, **kwargs)
-            return guarded(self, cur_uids, *args, **kwargs)
-        result = original(self, cur_uids, *args, **kwargs)
+            return guarded(self, *args, **kwargs)
+        result = original(self, *args, **kwargs)
         if (verified[1] != self.buffer_id_to_uid or verified[0] != self.uid_to_buffer_id) \
                 and INTEGRATION._active and not STATE.off:
             _verify_maps(self)
