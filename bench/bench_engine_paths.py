@@ -411,8 +411,9 @@ def guard_rows() -> list[Row]:
 
 
 CHECKER_WORK: list[tuple[str, Path, Any]] = []
-"""(engine, an r8 adapter, the server's limits): what a guarded load does besides the
-engine's own work, the checker's read of the adapter's config and header and its checks."""
+"""(engine, an r8 adapter, the server's limits): the checker's work on one adapter, read from
+its folder and checked, as a load guard that reads the folder does it (sglang's, PEFT's; a
+vLLM load checks what vLLM read instead of reading the folder)."""
 
 
 def report_checker_work() -> None:
@@ -429,8 +430,8 @@ def report_checker_work() -> None:
         check = min(timeit.repeat(
             lambda s=spec, lim=limits: spec_violations(s, lim, subject="adapter"),
             number=200, repeat=7)) / 200
-        print(f"{engine} load, lora_guard's own part (an r8 adapter, best of 7): read config "
-              f"+ header {_fmt(read)}, the checker's checks {_fmt(check)}", flush=True)
+        print(f"{engine}: the checker's read of an r8 adapter's config + header {_fmt(read)}, "
+              f"its checks {_fmt(check)} (best of 7, alone, outside a load)", flush=True)
 
 
 # --- driver ------------------------------------------------------------------------------------
