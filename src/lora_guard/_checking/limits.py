@@ -26,7 +26,8 @@ __all__ = ["ENGINE_RULES", "ServingLimits", "engine_limits", "limits_argument",
 ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
                 "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
                 "target-modules-list", "plain-embeddings-refused", "one-scaling-rslora",
-                "bias-by-tensors")
+                "bias-by-tensors", "peft-0.14-config", "target-modules-by-name",
+                "saved-embeddings-refused")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:
@@ -164,7 +165,11 @@ class ServingLimits:
     vLLM), ``heads-need-pooling`` (`served_heads` only on a base that is not a generative
     ``*ForCausalLM``: vLLM's generate runner has no classifier), ``target-modules-list``
     (``target_modules`` as a string other than ``all``/``all-linear`` is refused: sglang,
-    LG202)."""
+    LG202), ``target-modules-by-name`` (any string, and two entries naming one module that
+    is not packed, are refused: lmdeploy, LG202), ``peft-0.14-config`` (a config key PEFT 0.14
+    does not know is refused: lmdeploy reads configs with its pinned peft, LG202),
+    ``saved-embeddings-refused`` (full embedding weights saved with the adapter are refused in
+    either form: lmdeploy, LG104)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from lora_guard._checking.engines.lmdeploy import PEFT_0_14_LORA_KEYS
 from lora_guard._checking.limits import ServingLimits
 from lora_guard._checking.rules.memo import Memo, remember
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, more
@@ -62,17 +63,50 @@ def engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
                                   rslora_aware="one-scaling-rslora" in rules))
     if "plain-embeddings-refused" in rules:
         found.extend(_plain_embeddings(subject, spec, engine))
+    if "saved-embeddings-refused" in rules:
+        found.extend(_plain_embeddings(subject, spec, engine, any_form=True))
+    if "peft-0.14-config" in rules:
+        unknown = sorted(set(spec.config) - PEFT_0_14_LORA_KEYS)
+        if unknown:
+            keys = ", ".join(unknown[:3]) + (
+                f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else "")
+            found.append(make_violation("LG202", "unknown-keys", subject, engine=engine,
+                                        keys=keys))
+    if "target-modules-by-name" in rules:
+        found.extend(_targets_by_name(subject, targets, engine))
 
 
-def _plain_embeddings(subject: str, spec: AdapterSpec, engine: str) -> list[Violation]:
+def _targets_by_name(subject: str, targets: Any, engine: str) -> list[Violation]:
+    """LG202: ``target_modules`` read as a set of module names (lmdeploy): a string is read
+    letter by letter; two entries whose last part names one module that is not packed find
+    the first one's LoRA module by its name."""
+    if isinstance(targets, str):
+        return [make_violation("LG202", "target-string-any", subject, value=targets,
+                               engine=engine)]
+    seen: dict[str, str] = {}
+    for target in targets if isinstance(targets, (list, tuple)) else ():
+        leaf = str(target).rsplit(".", 1)[-1]
+        if leaf in PART_OF or leaf in PACKED:
+            continue
+        if leaf in seen:
+            return [make_violation("LG202", "repeated-target", subject, first=seen[leaf],
+                                   second=str(target), module=leaf, engine=engine)]
+        seen[leaf] = str(target)
+    return []
+
+
+def _plain_embeddings(subject: str, spec: AdapterSpec, engine: str, *,
+                      any_form: bool = False) -> list[Violation]:
     """LG104: full embedding weights saved as ``<module>.weight`` (``save_embedding_layers`` of
     an embedding that is no LoRA target), which an engine that reads saved embeddings only as
-    ``<module>.base_layer.weight`` refuses (vLLM)."""
+    ``<module>.base_layer.weight`` refuses (vLLM); ``any_form``: in either form (lmdeploy)."""
     return [make_violation(
-        "LG104", "saved-embedding", subject, key=key, engine=engine,
-        module=key.removesuffix(".weight").rsplit(".", 1)[-1])
+        "LG104", "saved-embedding-any" if any_form else "saved-embedding", subject, key=key,
+        engine=engine,
+        module=key.removesuffix(".weight").removesuffix(".base_layer").rsplit(".", 1)[-1])
         for key, what in spec.extra_keys.items()
-        if what == "embedding-base" and not key.endswith(".base_layer.weight")][:MAX_PER_KIND]
+        if what == "embedding-base" and (any_form or not key.endswith(".base_layer.weight"))
+    ][:MAX_PER_KIND]
 
 
 def _packed_ranks(subject: str, modules: Mapping[str, LoRAModuleSpec], engine: str,

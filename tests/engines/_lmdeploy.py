@@ -1,0 +1,64 @@
+"""The real lmdeploy 0.18.0 PyTorch engine's adapter loading, on a CPU.
+
+`lmdeploy_model` is lmdeploy's own ``LlamaForCausalLM`` (``lmdeploy.pytorch.models.llama``),
+built by ``build_patched_model`` from the tier's tiny Llama config (hidden 64, 2 layers, vocab
+128) exactly as ``BaseModelAgent._build_model`` builds it, in float32 on the CPU. `load` then
+calls ``lmdeploy.pytorch.engine.model_agent.agent.add_adapters`` (looked up on the agent module
+at call time, as ``_build_model`` does, so an integration's patch is in the path) with the
+``{name: path}`` of ``--adapters name=path``.
+
+What a CPU needs and a GPU server does not: nothing on the adapter path. lmdeploy's CUDA ops
+backend builds the layers (its import needs the real triton wheel, installed); no kernel runs:
+the engine's LoRA forward is a Triton kernel (``lmdeploy/pytorch/kernels/cuda/fused_lora.py``),
+which the tier does not run; what ``add_adapters`` loaded (each adapter's rank, scaling and
+weights in the packed buffers) is read back from the model's ``LoRA`` modules instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@functools.cache
+def lmdeploy_env() -> types.SimpleNamespace:
+    import lmdeploy
+    from lmdeploy.pytorch.config import ModelConfig
+    from lmdeploy.pytorch.engine.model_agent import agent
+    from lmdeploy.pytorch.models import patch
+    from lmdeploy.pytorch.nn.linear.lora import LoRA
+
+    return types.SimpleNamespace(version=lmdeploy.__version__, ModelConfig=ModelConfig,
+                                 agent=agent, patch=patch, LoRA=LoRA)
+
+
+def lmdeploy_model(**overrides: Any) -> Any:
+    """lmdeploy's own tiny Llama, as the model agent builds it (float32, on the CPU)."""
+    import _harness as h
+
+    env = lmdeploy_env()
+    config = h.llama_config(**overrides)
+    config.architectures = ["LlamaForCausalLM"]
+    model_config = env.ModelConfig.from_hf_config(config, None, dtype="float32",
+                                                  device_type="cuda")
+    return env.patch.build_patched_model(model_config, device=torch.device("cpu"),
+                                         build_model_ctx=env.patch.BuildModelContext())
+
+
+def load(model: Any, adapters: dict[str, Path | str]) -> Any:
+    """``--adapters name=path ...``: the model agent's ``add_adapters`` call, on the CPU."""
+    env = lmdeploy_env()
+    return env.agent.add_adapters(model, {k: str(v) for k, v in adapters.items()},
+                                  dtype=torch.float32, device=torch.device("cpu"))
+
+
+def loaded(model: Any) -> dict[str, Any]:
+    """Each LoRA module the engine added (``<packed module>.lora_adapters.<target>``) -> its
+    adapter info (ranks, scalings per adapter id; id 0 is "no adapter")."""
+    env = lmdeploy_env()
+    return {name: module for name, module in model.named_modules()
+            if isinstance(module, env.LoRA)}

@@ -1,0 +1,30 @@
+"""Build the differential corpus into a folder, for an engine whose environment cannot build it.
+
+lmdeploy pins peft<=0.14.0, which cannot save aLoRA, trainable tokens or a current config, so
+its tier builds the corpus with another Python that has a current PEFT (the main test
+environment, or the newest engines' environment) and reads the folders it writes:
+
+    python tests/engines/build_corpus.py ROOT   # ROOT/adapters/<case>, ROOT/checker-base
+
+Each adapter is built exactly as `corpus.Case.build` builds it for vLLM and sglang.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _harness as h
+import corpus
+
+
+def main(root: Path) -> None:
+    for case in corpus.CASES:
+        case.build(root / "adapters")
+    h.vllm_base_dir(root / "checker-base")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
