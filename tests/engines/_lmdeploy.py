@@ -62,3 +62,39 @@ def loaded(model: Any) -> dict[str, Any]:
     env = lmdeploy_env()
     return {name: module for name, module in model.named_modules()
             if isinstance(module, env.LoRA)}
+
+
+# --- the corpus, built by a Python with a current PEFT ------------------------------------------
+
+def corpus_root() -> Path:
+    """The corpus folder ``tests/engines/build_corpus.py`` wrote (``LORA_GUARD_CORPUS``; the
+    run script builds it with ``LORA_GUARD_CORPUS_PYTHON`` before the lmdeploy tier runs)."""
+    import os
+
+    root = os.environ.get("LORA_GUARD_CORPUS")
+    if not root or not (Path(root) / "adapters").is_dir():
+        raise RuntimeError(
+            "LORA_GUARD_CORPUS does not name a built corpus: run the lmdeploy tier with "
+            "tests/engines/run --lmdeploy 0.18.0 (it builds the corpus with a current PEFT "
+            "first), or python tests/engines/build_corpus.py ROOT and set it")
+    return Path(root)
+
+
+def base_config_path(root: Path) -> Path:
+    """The tiny Llama's config.json, the base every corpus adapter is checked against."""
+    return root / "checker-base" / "vllm-base" / "config.json"
+
+
+def in_peft_0_14_form(source: Path, dest: Path) -> Path:
+    """A copy of the adapter whose config holds only the keys PEFT 0.14 knows (each newer
+    key dropped), as lmdeploy's users re-save a current PEFT's adapter for it."""
+    import json
+    import shutil
+
+    from lora_guard._checking.engines.lmdeploy import PEFT_0_14_LORA_KEYS
+
+    shutil.copytree(source, dest)
+    config = json.loads((dest / "adapter_config.json").read_text())
+    (dest / "adapter_config.json").write_text(json.dumps(
+        {k: v for k, v in config.items() if k in PEFT_0_14_LORA_KEYS}))
+    return dest
