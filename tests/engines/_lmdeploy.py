@@ -7,19 +7,29 @@ calls ``lmdeploy.pytorch.engine.model_agent.agent.add_adapters`` (looked up on t
 at call time, as ``_build_model`` does, so an integration's patch is in the path) with the
 ``{name: path}`` of ``--adapters name=path``.
 
-What a CPU needs and a GPU server does not: nothing on the adapter path. lmdeploy's CUDA ops
-backend builds the layers (its import needs the real triton wheel, installed); no kernel runs:
-the engine's LoRA forward is a Triton kernel (``lmdeploy/pytorch/kernels/cuda/fused_lora.py``),
-which the tier does not run; what ``add_adapters`` loaded (each adapter's rank, scaling and
-weights in the packed buffers) is read back from the model's ``LoRA`` modules instead.
+What a CPU needs and a GPU server does not: nothing on the adapter path (lmdeploy's CUDA ops
+backend builds the layers; its import needs the real triton wheel, installed). The engine's
+LoRA forward is a Triton kernel (``lmdeploy/pytorch/kernels/cuda/fused_lora.py``, called by
+``backends/cuda/lora.py:TritonLoRAImpl.forward``): `lora_delta` runs the model's own ``LoRA``
+module forward, that kernel included, in Triton's interpreter on the CPU
+(``TRITON_INTERPRET=1``), with the first of lmdeploy's own autotune configs (the autotuner's
+benchmark needs a GPU driver) and a step context that routes every token to one adapter.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
+import os
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+# lmdeploy's LoRA kernel is Triton: on a CPU it runs in Triton's interpreter, which must be on
+# before any kernel module is imported (JITFunction reads it when the kernel is defined)
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch
 
@@ -98,3 +108,53 @@ def in_peft_0_14_form(source: Path, dest: Path) -> Path:
     (dest / "adapter_config.json").write_text(json.dumps(
         {k: v for k, v in config.items() if k in PEFT_0_14_LORA_KEYS}))
     return dest
+
+
+# --- the engine's LoRA forward, on the CPU --------------------------------------------------
+
+@contextlib.contextmanager
+def uninitialised_as_nan() -> Iterator[None]:
+    """``torch.empty`` inside ``add_adapters`` returns NaN-filled tensors: memory lmdeploy
+    allocates and never writes (a slot without weights) shows as NaN in what it serves,
+    instead of whatever the allocator had there (zeros on a fresh CPU page, stale data on a
+    GPU's caching allocator)."""
+    empty = torch.empty
+
+    def poisoned(*args: Any, **kwargs: Any) -> torch.Tensor:
+        found = empty(*args, **kwargs)
+        if found.is_floating_point():
+            found.fill_(math.nan)
+        return found
+
+    torch.empty = poisoned  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.empty = empty  # type: ignore[assignment]
+
+
+@functools.cache
+def _kernel_on_cpu() -> None:
+    from lmdeploy.pytorch.kernels.cuda import fused_lora
+
+    kernel = fused_lora._fused_lora_kernel
+    kernel.configs = kernel.configs[:1]  # lmdeploy's own first config, no GPU benchmark
+
+
+def lora_delta(module: Any, x: torch.Tensor, adapter_id: int = 1) -> torch.Tensor:
+    """What lmdeploy's ``LoRA`` module adds to its layer's output for ``x`` (tokens, in), every
+    token routed to ``adapter_id``: its ``forward`` on a zero base output, through
+    ``TritonLoRAImpl`` and the fused_lora kernel; the part of the packed output it writes."""
+    _kernel_on_cpu()
+    tokens = x.shape[0]
+    context = types.SimpleNamespace(
+        q_start_loc=torch.tensor([0]), q_seqlens=torch.tensor([tokens]),
+        local_adapter_ids=torch.tensor([adapter_id]), is_decoding=False)
+    kept = module.ctx_mgr
+    module.ctx_mgr = types.SimpleNamespace(current_context=lambda: context)
+    try:
+        width = module.adapter_info.base_slice.stop
+        out = module.forward(x, base_output=torch.zeros(tokens, width, dtype=x.dtype))
+    finally:
+        module.ctx_mgr = kept
+    return out[:, module.adapter_info.base_slice]

@@ -27,7 +27,7 @@ ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-fr
                 "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
                 "target-modules-list", "plain-embeddings-refused", "one-scaling-rslora",
                 "bias-by-tensors", "peft-0.14-config", "target-modules-by-name",
-                "saved-embeddings-refused")
+                "saved-embeddings-refused", "slots-in-every-layer")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:
@@ -169,7 +169,9 @@ class ServingLimits:
     is not packed, are refused: lmdeploy, LG202), ``peft-0.14-config`` (a config key PEFT 0.14
     does not know is refused: lmdeploy reads configs with its pinned peft, LG202),
     ``saved-embeddings-refused`` (full embedding weights saved with the adapter are refused in
-    either form: lmdeploy, LG104)."""
+    either form: lmdeploy, LG104), ``slots-in-every-layer`` (a ``target_modules`` name gets a
+    slot in every layer of the base: a layer without its weights serves uninitialised memory,
+    lmdeploy, LG103)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 

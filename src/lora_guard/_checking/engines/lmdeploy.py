@@ -107,6 +107,11 @@ _LMDEPLOY_RULES = (
     Rule("LG103", "a lora_A without its lora_B loads without a word: that module's slot of "
          "lora_B stays uninitialised (torch.empty) and serves garbage",
          f"{_PATCH}; {_ADAPTER}:load_lora_weights", engine_refuses=False),
+    Rule("LG103", "each target_modules name gets a slot of rank r in every layer whose module "
+         "name ends with it: a layer without its weights (layers_to_transform, "
+         "layers_pattern) is never written and serves uninitialised memory (torch.empty)",
+         f"{_PATCH}; {_ADAPTER}:find_all_target", engine_refuses=False,
+         uses=("slots-in-every-layer",)),
     Rule("LG105", "added_tokens.json is not read: the adapter's added tokens are never "
          "served", _PATCH, engine_refuses=False),
     Rule("LG106", "no dtype rule: weights are copied into buffers of the model's dtype",

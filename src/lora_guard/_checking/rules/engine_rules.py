@@ -74,6 +74,36 @@ def engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
                                         keys=keys))
     if "target-modules-by-name" in rules:
         found.extend(_targets_by_name(subject, targets, engine))
+    if "slots-in-every-layer" in rules:
+        found.extend(_unfilled_slots(subject, spec, limits, engine))
+
+
+def _unfilled_slots(subject: str, spec: AdapterSpec, limits: ServingLimits,
+                    engine: str) -> list[Violation]:
+    """LG103: a ``target_modules`` name the engine gives a slot in every layer of the base
+    (lmdeploy: every module whose name ends with it) with no weights for it in some layer
+    (``layers_to_transform``, ``layers_pattern``, a weight missing): that slot is never
+    written and serves uninitialised memory. Needs the base's layer count."""
+    targets = spec.config.get("target_modules")
+    layers = limits.base.num_layers if limits.base is not None else None
+    if not isinstance(targets, (list, tuple)) or not layers:
+        return []
+    served = limits.target_modules
+    have: dict[str, set[int | None]] = {}
+    for m in spec.modules.values():
+        have.setdefault(m.target, set()).add(m.layer)
+    for leaf in sorted({str(t).rsplit(".", 1)[-1] for t in targets}):
+        if served is not None and leaf not in served:
+            continue  # no slot: another rule (LG104) speaks for it
+        found = have.get(leaf, set())
+        if None in found:
+            continue  # a module outside the layers (lm_head) with its weights
+        missing = [i for i in range(layers) if i not in found]
+        if missing:
+            return [make_violation(
+                "LG103", "unfilled-slot", subject, module=leaf, engine=engine,
+                layers=more(f"layer {missing[0]}", len(missing)), rank=spec.config.get("r"))]
+    return []
 
 
 def _targets_by_name(subject: str, targets: Any, engine: str) -> list[Violation]:
