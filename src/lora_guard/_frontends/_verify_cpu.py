@@ -46,7 +46,9 @@ def torchvision_stand_in() -> None:
     level (``InterpolationMode``, ``decode_jpeg``), registered after transformers has recorded
     torchvision as absent (so transformers never takes it for the real one). Nothing in the
     LoRA code calls it; ``decode_jpeg`` says so if anything does."""
-    if importlib.util.find_spec("torchvision") is not None or "torchvision" in sys.modules:
+    # sys.modules first: find_spec raises ValueError on a registered module without __spec__
+    # (the stand-in itself, when the shims run a second time in one process)
+    if "torchvision" in sys.modules or importlib.util.find_spec("torchvision") is not None:
         return
     from transformers.utils import import_utils
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.engines import SPECS
+from .._checking.invariants import settled_codes
 from .._checking.limits import running_limits
 from .._core.config import report
 from .._core.errors import Violation
@@ -46,7 +47,7 @@ __all__ = ["INTEGRATION", "adapter_violations", "instrument", "uninstrument"]
 name = "lmdeploy"
 """This integration's name, as `lora_guard.integrations.get` knows it."""
 
-_LMDEPLOY_SETTLES = ("LG106",)
+_LMDEPLOY_SETTLES = settled_codes("LG106")
 """Codes lmdeploy settles by design: it copies every weight into buffers of its own dtype."""
 
 

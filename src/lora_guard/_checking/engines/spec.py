@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lora_guard._core.catalogue import INVARIANTS
+
 __all__ = ["Engine", "EngineOptionError", "EngineProfile", "Flag", "ReleaseWarning", "Rule",
            "ServeSpec", "in_range", "version_key"]
 
@@ -84,6 +86,11 @@ class Rule:
     """The checker's engine rules (`ServingLimits.engine_rules`) this behaviour turns on."""
     checked: bool = True
     """False for a behaviour the check does not model yet (documented, never silent)."""
+
+    def __post_init__(self) -> None:
+        if self.code not in INVARIANTS:  # a code of the catalogue, checked as profiles load
+            raise ValueError(f"Rule({self.code!r}, {self.text!r}): not a lora_guard code; "
+                             "its entry goes in lora_guard/_core/catalogue/")
 
     def applies(self, version: str) -> bool:
         """Whether release ``version`` behaves so."""
