@@ -482,7 +482,8 @@ def test_for_engine_says_what_is_wrong() -> None:
     with pytest.raises(ValueError, match=r"vllm 0\.2 is not a supported release; supported: "
                        r"0\.29\.0 to 0\.34\.0"):
         lg.ServingLimits.for_engine("vllm==0.2")
-    with pytest.raises(ValueError, match=r"unknown engine 'tgi'; supported: peft, sglang, vllm"):
+    with pytest.raises(ValueError,
+                       match=r"unknown engine 'tgi'; supported: lmdeploy, peft, sglang, vllm"):
         lg.ServingLimits.for_engine("tgi")
     with pytest.raises(ValueError, match=r"vllm has no LoRA option 'max_rank'"):
         lg.ServingLimits.for_engine("vllm", max_rank=64)

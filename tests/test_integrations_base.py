@@ -220,7 +220,7 @@ def test_the_builtin_integrations_are_available_by_name() -> None:
 def test_an_unknown_name_lists_the_known_ones() -> None:
     with pytest.raises(ValueError) as caught:
         integrations.get("tgi")
-    assert "no integration 'tgi'; known: peft, sglang, vllm" in str(caught.value)
+    assert "no integration 'tgi'; known: lmdeploy, peft, sglang, vllm" in str(caught.value)
     assert "lora_guard.integrations" in str(caught.value)
 
 
@@ -311,11 +311,12 @@ def test_doctor_without_the_engines_says_so_and_passes(
 
     assert main(["doctor"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[:3] == ["vllm: not installed", "sglang: not installed",
+    assert lines[:4] == ["vllm: not installed", "sglang: not installed",
+                         "lmdeploy: not installed",
                          f"peft {peft.__version__}: supported; tested: peft "
                          f"{peft_guard.INTEGRATION.supported_range}; guards check with the "
                          "peft==0.21 profile"]
-    assert sorted(lines[3:]) == sorted(
+    assert sorted(lines[4:]) == sorted(
         f"  attached  {p.module}:{p.path} (peft {peft.__version__})"
         for p in peft_guard.INTEGRATION.patches)
     assert main(["doctor", "--format", "json"]) == 0

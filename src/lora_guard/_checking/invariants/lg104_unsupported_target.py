@@ -51,8 +51,9 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     spec, subject = ctx.spec, ctx.subject
     rules = ctx.limits.engine_rules
     plain = "plain-embeddings-refused" in rules
+    saved = "saved-embeddings-refused" in rules
     shared = [(rule, variant) for rule, variant in _INDEXED_SHARED if rule in rules]
-    if not spec.unknown_keys and not plain and not shared:  # most adapters: served modules only
+    if not (spec.unknown_keys or plain or saved or shared):  # most adapters: served modules only
         return grouped_violations(ctx, "LG104", "module")
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
              for key in spec.unknown_keys[:MAX_PER_KIND]]
@@ -62,6 +63,8 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
                                     key=f"... and {rest} more keys"))
     if plain:
         found += _plain_embeddings(ctx)
+    if saved:
+        found += _plain_embeddings(ctx, any_form=True)
     for _rule, variant in shared:
         found += _indexed_shared(ctx, variant)
     return found + grouped_violations(ctx, "LG104", "module")  # modules not served
@@ -86,16 +89,19 @@ def _indexed_shared(ctx: AdapterContext, variant: str) -> list[Violation]:
             for name, hit in [(n, h) for n, h in hits if h is not None][:MAX_PER_KIND]]
 
 
-def _plain_embeddings(ctx: AdapterContext) -> list[Violation]:
+def _plain_embeddings(ctx: AdapterContext, *, any_form: bool = False) -> list[Violation]:
     """Full embedding weights saved as ``<module>.weight`` (``save_embedding_layers`` of an
     embedding that is no LoRA target), which an engine that reads saved embeddings only as
-    ``<module>.base_layer.weight`` refuses (vLLM)."""
+    ``<module>.base_layer.weight`` refuses (vLLM); ``any_form``: in either form, for an
+    engine that loads only lora_A/lora_B weights (``saved-embeddings-refused``: lmdeploy)."""
     engine = ctx.limits.engine or "the server"
     return [make_violation(
-        "LG104", "saved-embedding", ctx.subject, key=key, engine=engine,
-        module=key.removesuffix(".weight").rsplit(".", 1)[-1])
+        "LG104", "saved-embedding-any" if any_form else "saved-embedding", ctx.subject,
+        key=key, engine=engine,
+        module=key.removesuffix(".weight").removesuffix(".base_layer").rsplit(".", 1)[-1])
         for key, what in ctx.spec.extra_keys.items()
-        if what == "embedding-base" and not key.endswith(".base_layer.weight")][:MAX_PER_KIND]
+        if what == "embedding-base" and (any_form or not key.endswith(".base_layer.weight"))
+    ][:MAX_PER_KIND]
 
 
 def names_not_served(spec: AdapterSpec, served: frozenset[str], subject: str) -> list[Violation]:
