@@ -136,7 +136,7 @@ def cpu_imports() -> None:
     cpu_shims()
 
 
-def _needs_torchvision_for_transformers() -> None:
+def skip_if_transformers_needs_torchvision() -> None:
     """sglang 0.5.16 to 0.5.19 pin transformers 5.12.1, whose ``AutoImageProcessor`` requires
     torchvision; sglang's configs register image processors with it at import
     (``sglang/srt/configs/utils.py:register_image_processor``). The torchvision wheels do not
@@ -163,7 +163,7 @@ def sglang_env() -> types.SimpleNamespace:
     """sglang's LoRA modules, imported and configured for a CPU scheduler process."""
     _alone("sglang", "vllm")
     cpu_imports()
-    _needs_torchvision_for_transformers()
+    skip_if_transformers_needs_torchvision()
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.distributed import parallel_state
     from sglang.srt.runtime_context import get_parallel

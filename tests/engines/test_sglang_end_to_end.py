@@ -32,6 +32,7 @@ SERVER_TEST = """
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Made before pytester snapshots ``sys.modules`` (torch's libraries register once)."""
+    h.skip_if_transformers_needs_torchvision()  # as the inner server test would skip
     root = tmp_path_factory.mktemp("uploads")
     return {"big": h.peft_adapter(root / "big", r=64), "good": h.peft_adapter(root / "good", r=8)}
 

@@ -6,6 +6,7 @@ missing hooks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Mapping
@@ -104,8 +105,13 @@ def _text(data: Mapping[str, Any]) -> list[str]:
 
 
 def run(output: str) -> int:
-    """Print the report (``text`` or ``json``); 1 when a supported engine misses a hook."""
-    data = diagnose()
+    """Print the report (``text`` or ``json``); 1 when a supported engine misses a hook.
+
+    The engines are imported with stdout sent to stderr: vLLM 0.29 and 0.30 configure their
+    logger on stdout at import, which would otherwise come before the report (and make
+    ``--format json`` unreadable)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        data = diagnose()
     if output == "json":
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
