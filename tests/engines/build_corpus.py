@@ -17,8 +17,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1] / "src")]  # this checkout's lora_guard
 
-import _harness as h
-import corpus
+import _harness as h  # noqa: E402
+import corpus  # noqa: E402
 
 
 def main(root: Path) -> None:
