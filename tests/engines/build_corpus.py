@@ -17,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1] / "src")]  # this checkout's lora_guard
 
-import _harness as h  # noqa: E402
+import _harness as h  # noqa: E402  (after the path set-up above)
 import corpus  # noqa: E402
 
 

@@ -26,8 +26,9 @@ __all__ = ["ENGINE_RULES", "ServingLimits", "engine_limits", "limits_argument",
 ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
                 "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
                 "target-modules-list", "plain-embeddings-refused", "one-scaling-rslora",
-                "bias-by-tensors", "peft-0.14-config", "target-modules-by-name",
-                "saved-embeddings-refused", "slots-in-every-layer")
+                "bias-by-tensors", "moe-expert-ranks", "moe-rslora-alpha-r",
+                "indexed-shared-overwrites", "indexed-shared-refused", "peft-0.14-config",
+                "target-modules-by-name", "saved-embeddings-refused", "slots-in-every-layer")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:

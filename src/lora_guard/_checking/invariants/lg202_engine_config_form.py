@@ -6,7 +6,6 @@ it: ``target_modules`` saved as a string (a regex) where the engine reads a list
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from lora_guard._checking.engines.lmdeploy import PEFT_0_14_LORA_KEYS
@@ -15,41 +14,47 @@ from lora_guard._checking.rules.context import AdapterContext
 from lora_guard._checking.rules.shared import PACKED, PART_OF
 from lora_guard._core.errors import Violation, make_violation
 
+_RULES = frozenset(("target-modules-list", "peft-0.14-config", "target-modules-by-name"))
+
 
 @adapter_check("LG202", position=160)
-def engine_config_form(ctx: AdapterContext) -> Iterator[Violation]:
+def engine_config_form(ctx: AdapterContext) -> list[Violation]:
+    rules = ctx.limits.engine_rules
+    if not _RULES.intersection(rules):  # most engines: nothing to read another way
+        return []
     targets = ctx.spec.config.get("target_modules")
-    rules, engine = ctx.limits.engine_rules, ctx.limits.engine or "the server"
+    engine = ctx.limits.engine or "the server"
+    found: list[Violation] = []
     if "target-modules-list" in rules and isinstance(targets, str) and (
             targets not in ("all", "all-linear")):
-        yield make_violation("LG202", "target-string", ctx.subject, value=targets,
-                             engine=engine)
+        found.append(make_violation("LG202", "target-string", ctx.subject, value=targets,
+                                    engine=engine))
     if "peft-0.14-config" in rules:
         unknown = sorted(set(ctx.spec.config) - PEFT_0_14_LORA_KEYS)
         if unknown:
             keys = ", ".join(unknown[:3]) + (
                 f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else "")
-            yield make_violation("LG202", "unknown-keys", ctx.subject, engine=engine,
-                                 keys=keys)
+            found.append(make_violation("LG202", "unknown-keys", ctx.subject, engine=engine,
+                                        keys=keys))
     if "target-modules-by-name" in rules:
-        yield from _targets_by_name(ctx.subject, targets, engine)
+        found += _targets_by_name(ctx.subject, targets, engine)
+    return found
 
 
-def _targets_by_name(subject: str, targets: Any, engine: str) -> Iterator[Violation]:
+def _targets_by_name(subject: str, targets: Any, engine: str) -> list[Violation]:
     """``target_modules`` read as a set of module names (lmdeploy): a string is read letter
     by letter; two entries whose last part names one module that is not packed find the
     first one's LoRA module by its name."""
     if isinstance(targets, str):
-        yield make_violation("LG202", "target-string-any", subject, value=targets,
-                             engine=engine)
-        return
+        return [make_violation("LG202", "target-string-any", subject, value=targets,
+                               engine=engine)]
     seen: dict[str, str] = {}
     for target in targets if isinstance(targets, (list, tuple)) else ():
         leaf = str(target).rsplit(".", 1)[-1]
         if leaf in PART_OF or leaf in PACKED:
             continue
         if leaf in seen:
-            yield make_violation("LG202", "repeated-target", subject, first=seen[leaf],
-                                 second=str(target), module=leaf, engine=engine)
-            return
+            return [make_violation("LG202", "repeated-target", subject, first=seen[leaf],
+                                   second=str(target), module=leaf, engine=engine)]
         seen[leaf] = str(target)
+    return []

@@ -51,8 +51,18 @@ ENTRY = entry(
             "(save_embedding_layers); {engine} loads only lora_A/lora_B weights and the "
             "start-up fails on this key."
         ),
+        "shared-experts-overwritten": (
+            "{subject}: {module} is an indexed shared-expert weight; {engine} takes it for "
+            "routed expert {index} and writes it over that expert's LoRA weights without a "
+            "word."
+        ),
+        "shared-experts-refused": (
+            "{subject}: {module} is an indexed shared-expert weight (shared_experts.{index}); "
+            "{engine} refuses it when it copies the adapter into its memory pool."
+        ),
     },
     raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
                "integrations.sglang", "integrations.lmdeploy"),
-    variant_fixes={"grammar": 1, "saved-embedding": 2, "saved-embedding-any": 2},
+    variant_fixes={"grammar": 1, "saved-embedding": 2, "saved-embedding-any": 2,
+                   "shared-experts-overwritten": 1, "shared-experts-refused": 1},
 )
