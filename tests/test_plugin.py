@@ -473,8 +473,8 @@ def test_instrument_names_the_known_libraries_for_an_unknown_one(
     result = suite.runpytest("--lora-guard-instrument=peft,tensorrt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
-        "*--lora-guard-instrument: unknown 'tensorrt'; "
-        "known libraries: lmdeploy, peft, sglang, vllm*",
+        "*--lora-guard-instrument: unknown 'tensorrt'; known libraries: lmdeploy, peft, sglang, "
+        "vllm*",
     ])
 
 

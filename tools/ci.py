@@ -64,6 +64,14 @@ def engines_venv_dir() -> Path:
     return ROOT / os.environ.get("LORA_GUARD_ENGINES_VENV", ".venv-engines")
 
 
+def engine_venv_dirs() -> list[Path]:
+    """The environments of the default engine tier: the newest engines', and lmdeploy's own
+    (``<that>-lmdeploy-VERSION``, from ``tests/engines/requirements-lmdeploy-VERSION.txt``)."""
+    newest = sorted(ROOT.glob("tests/engines/requirements-lmdeploy-*.txt"))[-1:]
+    return [engines_venv_dir(), *(Path(f"{engines_venv_dir()}-lmdeploy-"
+                                       f"{pins.stem.rsplit('-', 1)[1]}") for pins in newest)]
+
+
 def _bin(name: str) -> str:
     return str(venv_dir() / "bin" / name)
 
@@ -129,7 +137,7 @@ class EngineBuild:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        if (engines_venv_dir() / "bin" / "python").exists():
+        if all((folder / "bin" / "python").exists() for folder in engine_venv_dirs()):
             return
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
@@ -169,7 +177,7 @@ def _wanted(argv: Sequence[str] | None) -> list[str]:
     if unknown:
         parser.error(f"unknown step {', '.join(unknown)}; steps: {', '.join(STEPS)}")
     if args.fresh:
-        for folder in (venv_dir(), engines_venv_dir()):
+        for folder in (venv_dir(), *engine_venv_dirs()):
             shutil.rmtree(folder, ignore_errors=True)
     wanted = [name for name in STEPS if name in (args.steps or STEPS)]
     if "setup" not in wanted and not (venv_dir() / "bin" / "python").exists():

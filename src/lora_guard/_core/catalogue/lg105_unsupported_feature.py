@@ -58,5 +58,5 @@ ENTRY = entry(
         ),
     },
     raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
-               "integrations.sglang", "integrations.peft"),
+               "integrations.sglang", "integrations.peft", "integrations.lmdeploy"),
 )

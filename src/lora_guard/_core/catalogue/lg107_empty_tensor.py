@@ -25,5 +25,5 @@ ENTRY = entry(
     error="AdapterError",
     messages={"empty": "{subject}: tensor {key} has zero size (shape {shape})."},
     raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
-               "integrations.sglang", "integrations.peft"),
+               "integrations.sglang", "integrations.peft", "integrations.lmdeploy"),
 )

@@ -58,5 +58,6 @@ ENTRY = entry(
     },
     variant_fixes={"not-found": 3, "pickle": 1, "link": 4, "untrusted": 5},
     raised_by=("lg.inspect_adapter", "lg.check_adapters", "lora-guard check",
-               "integrations.vllm", "integrations.sglang", "integrations.peft"),
+               "integrations.vllm", "integrations.sglang", "integrations.peft",
+               "integrations.lmdeploy"),
 )

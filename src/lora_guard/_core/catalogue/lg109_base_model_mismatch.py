@@ -71,5 +71,5 @@ ENTRY = entry(
     },
     variant_fixes={"tower": 2, "architecture": 3},
     raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
-               "integrations.sglang", "integrations.peft"),
+               "integrations.sglang", "integrations.peft", "integrations.lmdeploy"),
 )
