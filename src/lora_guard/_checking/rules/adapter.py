@@ -17,7 +17,7 @@ from lora_guard._checking.rules.lg109_base import (
     check_saved_embeddings,
     dims_violation,
 )
-from lora_guard._checking.rules.memo import Memo, ModuleOutcome, remember
+from lora_guard._checking.rules.recipe_outcome import ModuleOutcome, RecipeOutcome
 from lora_guard._checking.rules.shared import (
     FEATURE_TEXT,
     MAX_PER_KIND,
@@ -157,13 +157,13 @@ def _block_diagonal(bd: object, module: LoRAModuleSpec) -> LoRAModuleSpec:
 def check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                 vocab_size: int | None = None,
                 module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
-                memo: Memo | None = None,
+                shared: RecipeOutcome | None = None,
                 ) -> list[Violation]:
     found: list[Violation] = []
     grouped = Grouped()
-    empty = _file_checks(subject, spec, limits, found, vocab_size, module_dims, memo)
-    if memo is not None and vocab_size is None and module_dims is None:
-        ranks = _remembered_module_checks(subject, spec, limits, found, grouped, empty, memo)
+    empty = _file_checks(subject, spec, limits, found, vocab_size, module_dims, shared)
+    if shared is not None and vocab_size is None and module_dims is None:
+        ranks = _shared_module_checks(subject, spec, limits, found, grouped, empty, shared)
     else:
         ranks = _module_checks(subject, spec, limits, found, grouped, empty, vocab_size,
                                module_dims)
@@ -172,14 +172,14 @@ def check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     _rank_checks(subject, spec, limits, ranks, found)
     _dtype_checks(subject, spec, limits, found)
     if limits.engine_rules:
-        engine_rules(subject, spec, limits, found, memo)
+        engine_rules(subject, spec, limits, found, shared)
     if "init-rerun" in limits.engine_rules and str(
             spec.config.get("init_lora_weights")).lower() in _RERUN_INITS:
         found = [v for v in found if v.code != "LG116"]  # PEFT redoes the init when it loads
     if grouped.items:
         found.extend(_grouped_violations(subject, spec, grouped))
     if spec.moe_layout is not None:  # LG002: one adapter whose own MoE weights mix layouts
-        found.extend(_mixed_layouts(subject, spec.tensors, memo))
+        found.extend(_mixed_layouts(subject, spec.tensors, shared))
     found.extend(registered_violations(subject, spec, limits))  # invariants defined in one unit
     if len(found) > 1:
         found.sort(key=lambda v: report_rank(v.code))
@@ -207,7 +207,7 @@ def _grouped_violations(subject: str, spec: AdapterSpec, grouped: Grouped) -> li
 def _file_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
                  found: list[Violation], vocab_size: int | None,
                  module_dims: Mapping[str, Any] | None,
-                 memo: Memo | None = None) -> frozenset[str]:
+                 shared: RecipeOutcome | None = None) -> frozenset[str]:
     """What the adapter as a whole holds: LG115, LG116, LG105, LG118, LG121, LG104, LG107.
     Returns the keys of the zero-size tensors."""
     # LG115: no tensors at all (the adapter would serve the base model)
@@ -237,7 +237,7 @@ def _file_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
         found.append(make_violation("LG104", "grammar", subject,
                                     key=f"... and {rest} more keys"))
     # LG107: zero-size tensors
-    ordered, empty = _empty_tensors(spec.tensors, memo)
+    ordered, empty = _empty_tensors(spec.tensors, shared)
     for key in ordered:
         found.append(make_violation("LG107", "empty", subject, key=key,
                                     shape=spec.tensors[key].shape))
@@ -248,27 +248,25 @@ _NO_KEYS: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
 
 
 def _empty_tensors(tensors: Mapping[str, Any],
-                   memo: Memo | None) -> tuple[tuple[str, ...], frozenset[str]]:
+                   shared: RecipeOutcome | None) -> tuple[tuple[str, ...], frozenset[str]]:
     """The keys of the zero-size tensors, in the header's order and as a set."""
-    if memo is not None:
-        hit = memo.empty.get(id(tensors))
-        if hit is not None and hit[0] is tensors:
-            return hit[1]
+    if shared is not None and shared.empty is not None:
+        return shared.empty
     ordered = tuple([key for key, info in tensors.items() if 0 in info.shape])
     empty = (ordered, frozenset(ordered)) if ordered else _NO_KEYS
-    if memo is not None:
-        remember(memo.empty, id(tensors), (tensors, empty))
+    if shared is not None:
+        shared.empty = empty
     return empty
 
 
 def _mixed_layouts(subject: str, tensors: Mapping[str, Any],
-                   memo: Memo | None) -> list[Violation]:
-    """LG002 within one adapter; a header found unmixed once is not classified again."""
-    if memo is not None and memo.moe.get(id(tensors)) is tensors:
+                   shared: RecipeOutcome | None) -> list[Violation]:
+    """LG002 within one adapter; a recipe found unmixed once is not classified again."""
+    if shared is not None and shared.unmixed:
         return []
     mixed = check_moe_layouts(subject, tensors)[1]
-    if memo is not None and not mixed:
-        remember(memo.moe, id(tensors), tensors)
+    if shared is not None and not mixed:
+        shared.unmixed = True
     return mixed
 
 
@@ -338,29 +336,27 @@ def _embedding_checks(subject: str, spec: AdapterSpec, found: list[Violation]) -
 
 
 
-def _remembered_module_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
-                              found: list[Violation], grouped: Grouped,
-                              empty: frozenset[str], memo: Memo) -> dict[int, str]:
-    """`_module_checks` in a set check, once per header and ``r``: the modules' outcome is
-    the same for every adapter of a recipe. Computed each time: a ``rank_pattern`` or
+def _shared_module_checks(subject: str, spec: AdapterSpec, limits: ServingLimits,
+                          found: list[Violation], grouped: Grouped,
+                          empty: frozenset[str], shared: RecipeOutcome) -> dict[int, str]:
+    """`_module_checks` in a set check, once per recipe: the modules' outcome is the same
+    for every adapter of a recipe. Computed each time: a ``rank_pattern`` or
     ``use_bdlora`` (they change what each module is compared with), and an outcome with an
     LG102 between A and B (its message names the adapter)."""
     config = spec.config
     if config.get("use_bdlora") is not None or config.get("rank_pattern"):
         return _module_checks(subject, spec, limits, found, grouped, empty, None, None)
-    modules, tensors = spec.modules, spec.tensors
-    key = (id(modules), int(config["r"]))
-    hit = memo.modules.get(key)
-    if hit is not None and hit.modules is modules and hit.tensors is tensors:
+    hit = shared.modules
+    if hit is not None:
         for group, name, count, details in hit.grouped:
             grouped.items[group] = [name, count, details]
         return dict(hit.ranks)
     before = len(found)
     ranks = _module_checks(subject, spec, limits, found, grouped, empty, None, None)
     if len(found) == before:
-        remember(memo.modules, key, ModuleOutcome(
-            modules, tensors, tuple((group, name, count, details) for group, (
-                name, count, details) in grouped.items.items()), tuple(ranks.items())))
+        shared.modules = ModuleOutcome(
+            tuple((group, name, count, details) for group, (
+                name, count, details) in grouped.items.items()), tuple(ranks.items()))
     return ranks
 
 

@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from lora_guard._checking.limits import ServingLimits
-from lora_guard._checking.rules.memo import Memo, remember
+from lora_guard._checking.rules.recipe_outcome import RecipeOutcome
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, more
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec, pattern_value
@@ -46,7 +46,7 @@ def _scaling(alpha: float, rank: int, rslora: bool) -> float:
 
 
 def engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
-                  found: list[Violation], memo: Memo | None = None) -> None:
+                  found: list[Violation], shared: RecipeOutcome | None = None) -> None:
     """The engine's own rules of one adapter (LG111, LG112, LG202)."""
     engine = limits.engine or "the server"
     rules = limits.engine_rules
@@ -56,7 +56,7 @@ def engine_rules(subject: str, spec: AdapterSpec, limits: ServingLimits,
         found.append(make_violation("LG202", "target-string", subject, value=targets,
                                     engine=engine))
     if "packed-ranks-uniform" in rules:
-        found.extend(_packed_ranks(subject, spec.modules, engine, memo))
+        found.extend(_packed_ranks(subject, spec.modules, engine, shared))
     if "one-scaling" in rules or "one-scaling-rslora" in rules:
         found.extend(_one_scaling(subject, spec.config, spec.modules, engine,
                                   rslora_aware="one-scaling-rslora" in rules))
@@ -76,10 +76,10 @@ def _plain_embeddings(subject: str, spec: AdapterSpec, engine: str) -> list[Viol
 
 
 def _packed_ranks(subject: str, modules: Mapping[str, LoRAModuleSpec], engine: str,
-                  memo: Memo | None = None) -> list[Violation]:
+                  shared: RecipeOutcome | None = None) -> list[Violation]:
     """LG111: the parts of one packed module at different ranks (modules without a rank are
-    not compared); a header found uniform once is not grouped again."""
-    if memo is not None and memo.packed.get(id(modules)) is modules:
+    not compared); a recipe found uniform once is not grouped again."""
+    if shared is not None and shared.packed_uniform:
         return []
     groups: dict[tuple[str, str], dict[str, int]] = {}
     for m in modules.values():
@@ -87,8 +87,8 @@ def _packed_ranks(subject: str, modules: Mapping[str, LoRAModuleSpec], engine: s
         if parent is not None:
             groups.setdefault(parent, {})[m.target] = int(m.rank or 0)
     bad = [(k, v) for k, v in groups.items() if len(set(v.values())) > 1]
-    if memo is not None and not bad:
-        remember(memo.packed, id(modules), modules)
+    if shared is not None and not bad:
+        shared.packed_uniform = True
     return [make_violation(
         "LG111", "packed", subject, packed=packed, layer=layer or "the model",
         parts=", ".join(sorted(parts)),
