@@ -58,21 +58,18 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from lora_guard._core.config import refuse
-from lora_guard._reading.adapters import (
-    _PICKLE_NAMES,
+from lora_guard._reading.adapters import AdapterSpec, build_spec
+from lora_guard._reading.config import added_tokens_of, checked_config, parse_config
+from lora_guard._reading.fetch import Client, FetchError, Reply, origin_of
+from lora_guard._reading.malformed import (
     ADDED_TOKENS_NAME,
     CONFIG_NAME,
     MAX_CONFIG_BYTES,
+    PICKLE_NAMES,
     WEIGHTS_NAME,
-    AdapterSpec,
     Malformed,
-    added_tokens_of,
-    build_spec,
-    checked_config,
     malformed_violation,
-    parse_config,
 )
-from lora_guard._reading.fetch import Client, FetchError, Reply, origin_of
 from lora_guard._reading.safetensors import (
     HeaderError,
     TensorInfo,
@@ -95,7 +92,7 @@ EXTRA = "lora-guard[remote]"
 _SCHEMES = ("hf://", "s3://", "http://", "https://")
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _HUB_ID = re.compile(rf"{_NAME}/{_NAME}")
-_ADAPTER_FILES = frozenset((CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES))
+_ADAPTER_FILES = frozenset((CONFIG_NAME, WEIGHTS_NAME, *PICKLE_NAMES))
 _MAX_LISTED = 1_000_000  # keys listed under one prefix before the listing is refused
 _MAX_PAGES = 1_000  # pages of one listing before it is refused (the Hub's hold 1,000 entries)
 _MAX_PAGE_BYTES = 16 * 2**20  # bytes of one listing page before it is refused unparsed
@@ -712,7 +709,7 @@ def _weights_size(read: _Reader, files: Mapping[str, int | None], listed: bool
                   ) -> tuple[bytes, int]:
     """The first 8 bytes of the weights and the file's size (as listed, or as replied)."""
     if listed and WEIGHTS_NAME not in files:
-        for name in _PICKLE_NAMES:
+        for name in PICKLE_NAMES:
             if name in files:
                 raise Malformed(name, "pickle weights refused (never unpickled); convert to "
                                 "safetensors", kind="pickle")

@@ -369,10 +369,38 @@ def tensor_info(name: str, entry: object) -> TensorInfo:
         raise HeaderError(f"tensor {name[:200]!r} has no {', '.join(missing)}") from None
     if len(entry) > 3 and _depth(entry, MAX_NESTING) > MAX_NESTING - 1:
         raise HeaderError(f"tensor {name[:200]!r} nests JSON deeper than {MAX_NESTING} levels")
-    if type(code) is not str or code not in DTYPE_BITS:
+    bits = DTYPE_BITS.get(code) if type(code) is str else None
+    if bits is None:
         raise HeaderError(f"tensor {name[:200]!r} has unknown dtype {str(code)[:40]!r}")
-    begin, end = _layout(name, shape, offsets)
-    bits = math.prod(shape) * DTYPE_BITS[code]
+    if not _uints(shape):
+        raise HeaderError(f"tensor {name[:200]!r} has shape {str(shape)[:80]}, not a list of "
+                          "non-negative integers")
+    if len(shape) > MAX_NDIM:
+        raise HeaderError(f"tensor {name[:200]!r} has {len(shape)} dims (more than {MAX_NDIM})")
+    if not _uints(offsets) or len(offsets) != 2:
+        raise HeaderError(f"tensor {name[:200]!r} has data_offsets {str(offsets)[:80]}, not "
+                          "two non-negative integers")
+    begin, end = offsets
+    if end < begin:
+        raise HeaderError(f"tensor {name[:200]!r} has data_offsets [{begin}, {end}] that end "
+                          "before they begin")
+    return _sized_info(name, code, shape, bits, begin, end)
+
+
+def _uints(values: object) -> bool:
+    """A list of integers in 0 .. 2**64 - 1 (what safetensors' ``usize`` reads)."""
+    if type(values) is not list:
+        return False
+    for value in values:  # noqa: SIM110 - a loop: all() of a generator is twice as slow here
+        if type(value) is not int or value < 0 or value > _MAX_INT:
+            return False
+    return True
+
+
+def _sized_info(name: str, code: str, shape: list[int], bits: int, begin: int,
+                end: int) -> TensorInfo:
+    """`tensor_info`'s last rule: the shape's bytes are the offsets' span."""
+    bits *= math.prod(shape)
     if bits % 8:
         raise HeaderError(f"tensor {name[:200]!r} of {code} {shape} is not a whole number of "
                           "bytes")
@@ -381,25 +409,6 @@ def tensor_info(name: str, entry: object) -> TensorInfo:
             f"tensor {name[:200]!r} of {code} {shape} needs {bits // 8} bytes but its "
             f"data_offsets [{begin}, {end}] hold {end - begin}")
     return _built_info(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
-
-
-def _layout(name: str, shape: object, offsets: object) -> tuple[int, int]:
-    """`tensor_info`'s rules of the shape and the offsets: (begin, end)."""
-    if type(shape) is not list or not all(
-            type(d) is int and 0 <= d <= _MAX_INT for d in shape):
-        raise HeaderError(f"tensor {name[:200]!r} has shape {str(shape)[:80]}, not a list of "
-                          "non-negative integers")
-    if len(shape) > MAX_NDIM:
-        raise HeaderError(f"tensor {name[:200]!r} has {len(shape)} dims (more than {MAX_NDIM})")
-    if type(offsets) is not list or len(offsets) != 2 or not all(
-            type(o) is int and 0 <= o <= _MAX_INT for o in offsets):
-        raise HeaderError(f"tensor {name[:200]!r} has data_offsets {str(offsets)[:80]}, not "
-                          "two non-negative integers")
-    begin, end = offsets
-    if end < begin:
-        raise HeaderError(f"tensor {name[:200]!r} has data_offsets [{begin}, {end}] that end "
-                          "before they begin")
-    return begin, end
 
 
 def _check_offsets(tensors: Mapping[str, TensorInfo], data_size: int) -> None:
