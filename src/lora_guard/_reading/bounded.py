@@ -11,13 +11,14 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
-__all__ = ["Bounded", "forget_all"]
+__all__ = ["Bounded", "caches", "forget_all"]
 
 K = TypeVar("K")
 V = TypeVar("V")
 
+_MISSING: Any = object()
 _ALL: weakref.WeakSet[Bounded[object, object]] = weakref.WeakSet()
 
 
@@ -50,11 +51,11 @@ class Bounded(Generic[K, V]):
 
     def get(self, key: K) -> V | None:
         """The entry of ``key`` (now the most recently used), or None."""
-        entries = self._entries
-        value = entries.get(key)
-        if value is not None:
-            entries.move_to_end(key)
-        return value
+        value = self._entries.get(key, _MISSING)
+        if value is _MISSING:
+            return None
+        self._entries.move_to_end(key)
+        return cast(V, value)
 
     def put(self, key: K, value: V) -> V:
         """Remember ``value`` for ``key`` (the least recently used entry goes when full)."""
@@ -67,9 +68,12 @@ class Bounded(Generic[K, V]):
 
     def get_or_make(self, key: K, make: Callable[[], V]) -> V:
         """The entry of ``key``, made by ``make()`` and remembered when there is none (an
-        exception from ``make`` is raised and nothing is remembered)."""
-        value = self.get(key)
-        return self.put(key, make()) if value is None else value
+        exception from ``make`` is raised and nothing is remembered; None is an entry)."""
+        value = self._entries.get(key, _MISSING)
+        if value is _MISSING:
+            return self.put(key, make())
+        self._entries.move_to_end(key)
+        return cast(V, value)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -79,6 +83,12 @@ class Bounded(Generic[K, V]):
 
     def __repr__(self) -> str:
         return f"Bounded({len(self._entries)}/{self.size}: {self.what})"
+
+
+def caches() -> list[Bounded[Any, Any]]:
+    """Every live `Bounded` cache of the process (the reader's, the checker's of a run in
+    progress), for a look at what is remembered and how much."""
+    return list(_ALL)
 
 
 def forget_all() -> None:
