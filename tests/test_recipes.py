@@ -86,7 +86,8 @@ def test_forget_remembered_empties_every_cache(tmp_path: pathlib.Path) -> None:
 def test_a_cache_keeps_at_most_its_size_least_recently_used_out() -> None:
     cache: Bounded[int, str | None] = Bounded(3, "a test's numbers")
     for n in range(10):
-        cache.get_or_make(n, lambda n=n: None if n % 2 else str(n))  # None is an entry too
+        value = None if n % 2 else str(n)  # None is an entry too
+        cache.get_or_make(n, lambda value=value: value)  # type: ignore[misc]
         assert len(cache) <= 3
     assert cache.get_or_make(9, lambda: "made again") is None  # remembered, not made again
     assert cache.get(0) is None and len(cache) == 3
