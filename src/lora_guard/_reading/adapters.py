@@ -360,7 +360,7 @@ def _new_recipe(config: FrozenConfig, raw: bytes | None, header: bytes,
 def recipe_of(config: Mapping[str, Any], tensors: dict[str, TensorInfo],
               metadata: dict[str, str], digest: str,
               weights_file: str | None = WEIGHTS_NAME) -> Recipe:
-    """The `Recipe` of a parsed config and header (the remote reader's, not remembered)."""
+    """The `Recipe` of a parsed config and header (``tensors`` becomes the recipe's)."""
     frozen = config if type(config) is FrozenConfig else FrozenConfig(config)
     parts = parts_of(tensors, frozen)
     return Recipe(digest, frozen, parts, _read_only(metadata),
@@ -412,7 +412,7 @@ def build_spec(
 ) -> AdapterSpec:
     """The `AdapterSpec` of a read config and header (local or remote: ``url=``,
     ``transferred=``), with the folder's ``added_tokens.json`` map when it ships one."""
-    recipe = recipe_of(config, tensors, metadata, "", weights_file)
+    recipe = recipe_of(config, dict(tensors), metadata, "", weights_file)
     return member_spec(folder, recipe, size, added_tokens=added_tokens, url=url,
                        transferred=transferred)
 

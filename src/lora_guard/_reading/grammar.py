@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from lora_guard._core.frozen import builder
+from lora_guard._reading.bounded import Bounded
 from lora_guard._reading.config import (
     MATCH_BUDGET,
     _pattern_cost,
@@ -248,13 +249,29 @@ def _module_record(
     tensors: Mapping[str, TensorInfo],
     config: Mapping[str, Any],
 ) -> LoRAModuleSpec:
-    """The record of one module from its halves' keys."""
+    """The record of one module from its halves' keys; made once per distinct module name,
+    keys, shapes and dtypes (`_RECORDS`) unless the config changes it (``target_parameters``
+    names the wrapped parameters; a ``moe-flat`` rank reads ``r`` and ``rank_pattern``)."""
     a_key = halves.get("A") or halves.get("eA")
     b_key = halves.get("B") or halves.get("eB")
     a = tensors[a_key] if a_key else None
     b = tensors[b_key] if b_key else None
     embedding = "eA" in halves or "eB" in halves
-    return _new_record(module, a_key, b_key, a, b, embedding, config)
+    if config.get("target_parameters"):
+        return _new_record(module, a_key, b_key, a, b, embedding, config)
+    key = (module, a_key, b_key, embedding, a and a.shape, b and b.shape, a and a.dtype,
+           b and b.dtype)
+    record = _RECORDS.get(key)
+    if record is None:
+        record = _new_record(module, a_key, b_key, a, b, embedding, config)
+        if record.kind != "moe-flat":
+            _RECORDS.put(key, record)
+    return record
+
+
+_RECORDS: Bounded[tuple[Any, ...], LoRAModuleSpec] = Bounded(
+    16_384, "module records by module name, keys, shapes and dtypes: the adapters of one "
+    "base model and rank repeat them, whatever else their files hold")
 
 
 def _new_record(
@@ -324,8 +341,8 @@ class Parts(NamedTuple):
 
 
 def parts_of(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> Parts:
-    """What a header's tensors say, read by LoRA's key grammar with the config's fields."""
-    tensors = dict(tensors)  # the spec's own: a caller's map may change
+    """What a header's tensors say, read by LoRA's key grammar with the config's fields
+    (``tensors`` is kept, read-only: a caller passes a map of its own)."""
     halves: dict[str, dict[str, str]] = {}
     extra: dict[str, str] = {}
     unknown: list[str] = []
