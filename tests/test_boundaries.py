@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import lora_guard as lg
-from lora_guard._checking.rules.adapter import _conv_groups
+from lora_guard._checking.invariants.lg102_rank_inconsistent import _conv_groups
 from lora_guard._checking.rules.shared import share as _share
 from lora_guard._testing.adapter_writer import write_adapter
 

@@ -22,9 +22,9 @@ def undo_registrations() -> Iterator[None]:
         for code in set(lg.INVARIANTS) - codes:
             remove_invariant(code)
         for name in set(ENGINES) - set(engines):
-            del ENGINES[name]  # type: ignore[attr-defined]
+            del ENGINES[name]
         for name in set(SPECS) - set(specs):
-            del SPECS[name]  # type: ignore[attr-defined]
+            del SPECS[name]
 
 
 @pytest.mark.usefixtures("undo_registrations")

@@ -141,6 +141,19 @@ def test_alpha_pattern_serves_at_its_strength_from_vllm_0_32_only(
     assert codes(made["alpha-pattern"], "sglang==0.5.20", "--max-lora-rank", "16") == ["LG112"]
 
 
+def test_the_lg112_fix_sends_the_user_to_a_vllm_release_that_honours_the_patterns(
+        made: dict[str, pathlib.Path]) -> None:
+    # The fix a user on vLLM 0.31 reads must not send them to their own release: before 0.32
+    # vLLM scales every module by lora_alpha / r, as the verdicts above say.
+    found = lg.check_adapters(made["alpha-pattern"],
+                              lg.ServingLimits.for_engine("vllm==0.31.0")).violations
+    assert [v.code for v in found] == ["LG112"]
+    assert "vLLM 0.32 or newer, or PEFT, which honour them" in found[0].hint
+    assert "vLLM before 0.32 scales every module by lora_alpha / r" in found[0].hint
+    assert "serve it with vLLM or PEFT" not in lg.INVARIANTS["LG112"].explain()
+    assert codes(made["alpha-pattern"], "vllm==0.32.0") == []   # the release the fix names
+
+
 def test_rslora_is_honoured_by_every_vllm_release_but_not_by_sglang(
         made: dict[str, pathlib.Path]) -> None:
     for release in SPECS["vllm"].releases:

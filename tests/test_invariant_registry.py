@@ -17,12 +17,11 @@ import pytest
 
 import lora_guard as lg
 from conftest_adapters import peft_adapter
-from lora_guard._checking.check_adapters import ServingLimits
 from lora_guard._checking.registry import adapter_invariant, remove_invariant
+from lora_guard._checking.rules.context import AdapterContext
 from lora_guard._core.codes import check_codes
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._frontends.cli import main
-from lora_guard._reading.adapters import AdapterSpec
 from lora_guard.testing import write_adapter
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -42,11 +41,10 @@ def _define_lg199() -> None:
         messages={"high": "{subject}: lora_dropout is {dropout}, above 0.5."},
         raised_by=("lg.check_adapters",),
     )
-    def dropout_too_high(subject: str, spec: AdapterSpec,
-                         limits: ServingLimits) -> Iterator[Violation]:
-        dropout = spec.config.get("lora_dropout", 0.0)
+    def dropout_too_high(ctx: AdapterContext) -> Iterator[Violation]:
+        dropout = ctx.spec.config.get("lora_dropout", 0.0)
         if isinstance(dropout, (int, float)) and dropout > 0.5:
-            yield make_violation("LG199", "high", subject, dropout=dropout)
+            yield make_violation("LG199", "high", ctx.subject, dropout=dropout)
 
 
 @pytest.fixture
@@ -109,7 +107,7 @@ def test_a_code_or_slug_taken_is_refused_and_nothing_changes() -> None:
     with pytest.raises(ValueError, match="slug 'rank-exceeds-limit' is taken by LG101"):
         adapter_invariant(code="LG198", slug="rank-exceeds-limit", title="t", summary="s",
                           triggers=("t",), fixes=("f",), error="AdapterError",
-                          messages={"m": "{subject}"})(lambda subject, spec, limits: [])
+                          messages={"m": "{subject}"})(lambda ctx: [])
     with pytest.raises(ValueError, match="one of AdapterError"):
         adapter_invariant(code="LG198", slug="made-up", title="t", summary="s",
                           triggers=("t",), fixes=("f",), error="NoSuchError",
@@ -141,3 +139,95 @@ def test_a_registered_code_is_skipped_alike_by_every_entry_point(
     assert lg.check_adapter(spec, skip="LG199").ok
     with pytest.raises(ValueError, match="LG198"):
         spec_violations(spec, skip=("LG198",))
+
+
+# --- the built-in codes: one module per code and layer, no list of codes ----------------------
+
+SRC = ROOT / "src" / "lora_guard"
+WORDS = SRC / "_core" / "catalogue"
+CHECKS_DIR = SRC / "_checking" / "invariants"
+
+
+def _code_modules(folder: pathlib.Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("lg[0-9][0-9][0-9]_*.py"))
+
+
+def test_each_code_is_a_module_named_for_it_and_each_check_sits_beside_its_words() -> None:
+    from lora_guard._checking.invariants import CHECKS
+
+    words = _code_modules(WORDS)
+    assert [name[:5].upper() for name in words] == list(lg.INVARIANTS)  # every code, once
+    for name in words:
+        inv = lg.INVARIANTS[name[:5].upper()]
+        assert name == f"{inv.code.lower()}_{inv.slug.replace('-', '_')}"
+    checks = _code_modules(CHECKS_DIR)
+    assert set(checks) <= set(words)  # a check has its words, under the same name
+    assert sorted(c.code for c in CHECKS) == [name[:5].upper() for name in checks]
+    positions = [c.position for c in CHECKS]
+    assert positions == sorted(set(positions))  # the report order: each check's own place
+
+
+@pytest.mark.parametrize(("planted", "where", "says"), [
+    ("lg150_base_model_unnamed.py", "_core/catalogue",
+     "holds LG150 other-slug: name the module lg150_other_slug"),
+    ("lg151_dropout_too_high.py", "_checking/invariants",
+     "lg151_dropout_too_high: no catalogue entry of that name"),
+])
+def test_a_code_module_not_named_for_its_entry_is_refused_at_import(
+        tmp_path: pathlib.Path, planted: str, where: str, says: str) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(SRC, tmp_path / "lora_guard",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "lora_guard" / where / planted).write_text(
+        (WORDS / "lg107_empty_tensor.py").read_text()
+        .replace('"LG107"', '"LG150"').replace('"empty-tensor"', '"other-slug"'))
+    done = subprocess.run(
+        [sys.executable, "-c", "import lora_guard.testing, lora_guard._checking.run_checks"],
+        cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert says in done.stderr
+
+
+def test_every_code_an_engine_rule_names_is_a_code_of_the_catalogue() -> None:
+    from lora_guard._checking.engines import SPECS, Rule
+
+    named = {rule.code for engine in SPECS.values() for rule in engine.rules}
+    assert named and named <= set(lg.INVARIANTS)
+    with pytest.raises(ValueError, match="'LG199'.*not a lora_guard code"):
+        Rule("LG199", "a made-up rule", "engine/lora.py:load")
+
+
+def test_the_codes_an_integration_settles_are_codes_of_one_adapter() -> None:
+    import lora_guard.integrations.peft as peft
+    import lora_guard.integrations.sglang as sglang
+    import lora_guard.integrations.vllm as vllm
+    from lora_guard._checking.invariants import adapter_codes, settled_codes
+
+    settled = [value for module in (peft, sglang, vllm) for name, value in vars(module).items()
+               if name.endswith(("SETTLES", "SETTLED_BY_PEFT", "SETTLED_ELSEWHERE"))]
+    assert len(settled) == 4
+    assert all(set(codes) <= set(adapter_codes()) for codes in settled)
+    with pytest.raises(ValueError, match="LG108 is no code of one adapter's checks"):
+        settled_codes("LG106", "LG108")  # the reader's code: no check of one adapter has it
+
+
+def test_no_module_of_the_package_keeps_a_list_of_codes() -> None:
+    """Code order, code lists and report order come from the registry: a module-level tuple,
+    list or set of codes written by hand is the drift this layout removed."""
+    import ast
+    import re
+
+    code = re.compile(r"LG\d{3}")
+    lists = []
+    for path in SRC.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, (ast.Tuple, ast.List, ast.Set)) and len(value.elts) > 1 and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str)
+                    and code.fullmatch(e.value) for e in value.elts):
+                lists.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert lists == []

@@ -38,7 +38,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 STORE = ROOT / "tests" / "engines" / "fingerprints"
 sys.path.insert(0, str(ROOT / "src"))
 
-from lora_guard._checking.engines import SPECS, _version_key  # noqa: E402
+from lora_guard._checking.engines import SPECS, version_key  # noqa: E402
 
 # The class that holds each engine's LoRA flags (its fields are the flags' dests), by the
 # files that have held it: the first one found in a release is read.
@@ -197,8 +197,8 @@ def stored(engine: str, version: str) -> dict[str, Any] | None:
 
 def _previous(engine: str, version: str) -> str | None:
     versions = sorted((p.stem.split("-", 1)[1] for p in STORE.glob(f"{engine}-*.json")),
-                      key=_version_key)
-    before = [v for v in versions if _version_key(v) < _version_key(version)]
+                      key=version_key)
+    before = [v for v in versions if version_key(v) < version_key(version)]
     return before[-1] if before else (versions[-1] if versions else None)
 
 

@@ -14,11 +14,9 @@ process group of one), then every test builds a fresh server over a fresh tiny m
 What a CPU needs and a GPU server does not, and nothing else:
 
 - sglang's LoRA layers allocate small offset tensors with ``pin_memory=True`` (or call
-  ``.pin_memory()``), which torch refuses without an accelerator: `_drop_pin_memory` drops the
-  flag for tensor factories and makes ``pin_memory()`` the identity (pinning changes where a
-  host tensor lives, never its values or shape);
-- sglang imports ``torchvision.transforms.InterpolationMode`` at module level: the stand-in
-  in ``_stubs`` goes on ``sys.path`` after transformers has cached torchvision as absent;
+  ``.pin_memory()``), which torch refuses without an accelerator, and sglang imports torchvision
+  at module level: ``lora-guard verify``'s own CPU shims (`lora_guard._frontends._verify_cpu`:
+  pin_memory dropped, a torchvision stand-in) are used, one copy;
 - vLLM's CPU platform refuses to configure itself without triton-cpu (its compiled kernels):
   the platform's ``check_and_update_config`` is skipped; the LoRA code never reaches a kernel
   here (the tier loads, validates, activates and swaps adapters, it does not run forwards).
@@ -30,8 +28,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import socket
 import sys
 import tempfile
 import types
@@ -41,8 +37,9 @@ from typing import Any
 
 import torch
 
+from lora_guard._frontends._verify_cpu import cpu_shims, free_port
+
 HERE = Path(__file__).resolve().parent
-STUBS = HERE / "_stubs"
 VOCAB = 128
 
 
@@ -122,12 +119,6 @@ def edit_config(path: Path, **changes: Any) -> Path:
 
 # --- process-wide set-up -------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _alone(engine: str, other: str) -> None:
     """The two engines set process-wide state (platform, attention backends, process groups)
     that the other one then misreads: the tier runs each engine's tests in its own process
@@ -139,32 +130,10 @@ def _alone(engine: str, other: str) -> None:
             "process of its own")
 
 
-def _drop_pin_memory() -> None:
-    if getattr(torch, "_lora_guard_tier_no_pin", False) or torch.cuda.is_available():
-        return
-
-    def no_pin(factory: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(factory)
-        def make(*args: Any, **kwargs: Any) -> Any:
-            kwargs.pop("pin_memory", None)
-            return factory(*args, **kwargs)
-        return make
-
-    for name in ("tensor", "arange", "zeros", "empty", "ones", "full"):
-        setattr(torch, name, no_pin(getattr(torch, name)))
-    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
-    torch._lora_guard_tier_no_pin = True  # type: ignore[attr-defined]
-
-
 def cpu_imports() -> None:
-    """What both engines' LoRA modules need to import on a CPU (see the module docstring)."""
-    from transformers.utils import import_utils
-
-    import_utils.is_torchvision_available()  # cached as False before the stand-in appears
-    if str(STUBS) not in sys.path:
-        sys.path.append(str(STUBS))
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    _drop_pin_memory()
+    """What both engines' LoRA modules need to import on a CPU: ``lora-guard verify``'s own
+    shims (the torchvision stand-in, pin_memory dropped, vLLM's CPU platform), one copy."""
+    cpu_shims()
 
 
 @functools.cache
@@ -190,7 +159,7 @@ def sglang_env() -> types.SimpleNamespace:
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.init_distributed_environment(
             world_size=1, rank=0, local_rank=0, backend="gloo",
-            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+            distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
         parallel_state.initialize_model_parallel(backend="gloo")
     import sglang
     from sglang.srt.lora import layers, lora_manager, lora_registry, mem_pool
@@ -295,7 +264,7 @@ def vllm_server(base_dir: Path, *, max_lora_rank: int = 16, max_loras: int = 2,
             )
             init_distributed_environment(
                 world_size=1, rank=0, local_rank=0, backend="gloo",
-                distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+                distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
             ensure_model_parallel_initialized(1, 1)
             _VLLM_DIST.append(True)
         from vllm.model_executor.models.llama import LlamaForCausalLM

@@ -82,11 +82,11 @@ accept and serve wrongly, with the reason."""
 def silent(engine: str, version: str) -> dict[str, str]:
     """The engine-silent cases of one release: `SILENT` and those of `SILENT_BEFORE` that
     hold for ``version``."""
-    from lora_guard._checking.engines import _version_key
+    from lora_guard._checking.engines import version_key
 
     found = dict(SILENT.get(engine, {}))
     for until, cases in SILENT_BEFORE.get(engine, {}).items():
-        if _version_key(version) < _version_key(until):
+        if version_key(version) < version_key(until):
             found.update(cases)
     return found
 

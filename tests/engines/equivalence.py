@@ -121,7 +121,7 @@ def measure_case(engine: str, case: corpus.Case, root: Path) -> Measured:
     dtype = torch.float32
     options: dict[str, Any] = {"target_modules": set(corpus.ALL)} if engine == "sglang" else {}
     try:
-        served = verify._ENGINE_CLASSES[engine](base, config, path, max_rank=16, dtype=dtype,
+        served = verify.ENGINE_CLASSES[engine](base, config, path, max_rank=16, dtype=dtype,
                                                 **options)
     except verify.Refused as exc:
         return Measured(case.name, "refused", h_short(str(exc)), "")

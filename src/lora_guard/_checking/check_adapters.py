@@ -17,9 +17,9 @@ from lora_guard._checking.checks import MoELayout
 from lora_guard._checking.discovery import PathOrSpec, Target, as_list, discover_all, folder_path
 from lora_guard._checking.limits import ServingLimits, limits_argument
 from lora_guard._checking.report import SCHEMA_VERSION, SET, Report
-from lora_guard._checking.rules.adapter import check_spec, spec_violations
 from lora_guard._checking.rules.recipe_outcome import RecipeOutcome
 from lora_guard._checking.rules.shared import Expected
+from lora_guard._checking.run_checks import check_spec, spec_violations
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import (
     AdapterSpec,

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import types
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lora_guard._checking.engines import (
+    EngineOptionError,
+    EngineSettings,
+    engine_settings,
+    nearest_release,
+    profile,
+)
 from lora_guard._reading.adapters import FEATURES
 from lora_guard._reading.basemodel import BaseModelDims, load_base_config
 from lora_guard._reading.safetensors import DTYPE_NAMES, safetensors_code
 
-__all__ = ["ENGINE_RULES", "ServingLimits", "limits_argument", "names", "positive_int"]
+__all__ = ["ENGINE_RULES", "ServingLimits", "engine_limits", "limits_argument",
+           "limits_for_engine", "names", "positive_int", "running_limits"]
 
 ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
                 "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
@@ -233,11 +242,7 @@ class ServingLimits:
             ...     print(err)  # doctest: +ELLIPSIS
             --max-lora-rank '24': not one of ...
         """
-        from lora_guard._checking.engines import limits_for_engine
-
-        limits: ServingLimits = limits_for_engine(name, *argv, version=version,
-                                                  **engine_options)
-        return limits
+        return limits_for_engine(name, *argv, version=version, **engine_options)
 
     def to_dict(self) -> dict[str, Any]:
         """The limits as JSON-ready values (sets as sorted lists)."""
@@ -273,3 +278,47 @@ def limits_argument(owner: str, limits: object) -> ServingLimits:
             f"{owner}(limits=...) takes an lg.ServingLimits, got {type(limits).__name__}"
         )
     return limits
+
+
+def engine_limits(settings: EngineSettings, *, base_config: Any = None) -> ServingLimits:
+    """The limits of an engine release's settings (`engine_settings`, a pasted serve
+    command's), checked against ``base_config``."""
+    return ServingLimits(engine=settings.release.label, engine_options=dict(settings.options),
+                         base_config=base_config, **settings.fields)
+
+
+def limits_for_engine(name: str, *argv: str | Sequence[str], version: str | None = None,
+                      base_config: Any = None, **options: Any) -> ServingLimits:
+    """`ServingLimits.for_engine`: the limits of one engine release from its flags."""
+    return engine_limits(engine_settings(name, *argv, version=version, **options),
+                         base_config=base_config)
+
+
+def running_limits(engine: str, installed: str | None, *, base_config: Any = None,
+                   narrow: Mapping[str, Any] | None = None, **options: Any) -> ServingLimits:
+    """The profile's limits inside a running engine: what the runtime integrations check with.
+
+    ``installed`` is the engine's installed version (its profile; the newest supported one
+    for a release lora_guard has no profile of, which `lora-guard doctor` flags); ``options``
+    are the server's own options by their Python names (``max_lora_rank=16``), resolved as
+    ``lora-guard check --engine`` resolves them, so the guard and the checker apply the same
+    rules. ``narrow`` then replaces fields with what the running server knows exactly (the
+    modules its model has, in place of ``--lora-target-modules``). A value the engine took
+    but its parser would not (a rank outside vLLM's list, set in Python) stays as the server
+    has it, in ``narrow``.
+
+    Example:
+        >>> from lora_guard._checking.limits import running_limits
+        >>> limits = running_limits("sglang", "0.5.23", max_lora_rank=16,
+        ...                         narrow={"target_modules": ("q_proj", "v_proj")})
+        >>> limits.engine, limits.max_rank, sorted(limits.target_modules)
+        ('sglang==0.5.23', 16, ['q_proj', 'v_proj'])
+    """
+    release = profile(engine, None if installed is None else nearest_release(engine, installed),
+                      installed=False)
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        limits = limits_for_engine(release.label, base_config=base_config, **given)
+    except EngineOptionError:
+        limits = limits_for_engine(release.label, base_config=base_config)
+    return dataclasses.replace(limits, **narrow) if narrow else limits

@@ -6,7 +6,7 @@ import types
 from collections.abc import Iterable
 
 from lora_guard._checking.check_adapters import Report, ServingLimits, spec_violations
-from lora_guard._checking.registry import adapter_codes
+from lora_guard._checking.invariants import adapter_codes
 from lora_guard._core.errors import Violation
 from lora_guard._reading.adapters import AdapterSpec
 

@@ -1,9 +1,18 @@
-"""One invariant, one unit: a catalogue entry and the check that enforces it, registered
-together by code.
+"""One invariant, one unit: the checks of one adapter, registered by code.
 
-An invariant of a single adapter is written as one function under one decorator, in one
-module: the decorator holds the catalogue entry (slug, title, summary, triggers, fixes, message
-templates, ...), the function finds the violations::
+A built-in code of one adapter is two modules of the same name, one per layer: its words in
+``lora_guard._core.catalogue`` (``lg101_rank_exceeds_limit.py``: ``ENTRY``) and its check in
+``lora_guard._checking.invariants`` (``lg101_rank_exceeds_limit.py``), registered here with
+`adapter_check`. A check reads one `AdapterContext` (``lora_guard._checking.rules.context``:
+the adapter, the limits, and the facts several checks share, computed once) and yields
+violations. A check's ``position`` is where its violations go in a report: what the adapter
+holds first (no tensors, an init, features), then its keys, its modules, its ranks, its dtypes,
+its fit to the base. The order of a report, the codes ``skip=`` accepts and the codes of an
+engine's rules are read from what is registered here: there is no list of codes to edit.
+
+A code defined outside lora_guard (a plugin's, a test's) is entry and check in one decorator,
+`adapter_invariant`, which registers both; its violations follow the built-in ones, in code
+order::
 
     from lora_guard._checking.registry import adapter_invariant
     from lora_guard._core.errors import make_violation
@@ -14,14 +23,9 @@ templates, ...), the function finds the violations::
         error="AdapterError",
         messages={"missing": "{subject}: adapter_config.json has no lora_alpha."},
     )
-    def alpha_missing(subject, spec, limits):
-        if "lora_alpha" not in spec.config:
-            yield make_violation("LG150", "missing", subject)
-
-Registering the entry puts it in `lora_guard.INVARIANTS` (so ``lora-guard codes``, ``lora-guard
-explain``, the pytest plugin's codes and the docs reference show it), and registering the check
-makes `check_adapters`, `lora_guard.check_adapter` and the integrations that run the checker
-report it: the checker calls `registered_violations` once per adapter.
+    def alpha_missing(ctx):
+        if "lora_alpha" not in ctx.spec.config:
+            yield make_violation("LG150", "missing", ctx.subject)
 
 Example:
     >>> from lora_guard._checking.registry import registered_checks
@@ -33,52 +37,106 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from lora_guard._core.catalogue import INVARIANTS, Invariant, _entry, register, unregister
+from lora_guard._core.catalogue import INVARIANTS, Invariant, entry, register, unregister
 from lora_guard._core.errors import _CLASSES, Violation
-from lora_guard._reading.adapters import AdapterSpec
-
-if TYPE_CHECKING:
-    from lora_guard._checking.limits import ServingLimits
+from lora_guard._reading.adapters import LoRAModuleSpec
 
 __all__ = [
-    "BUILT_IN_ORDER",
     "AdapterCheck",
-    "adapter_codes",
+    "BuiltInCheck",
+    "ModuleRule",
+    "adapter_check",
     "adapter_invariant",
+    "built_in_checks",
+    "module_rule",
+    "module_rules",
+    "plugin_checks",
+    "plugin_codes",
     "registered_checks",
-    "registered_violations",
     "remove_invariant",
 ]
 
-AdapterCheck = Callable[[str, AdapterSpec, "ServingLimits"], Iterable[Violation]]
-"""A per-adapter check: ``(subject, spec, limits) -> violations`` (a list or a generator).
+# The context is `lora_guard._checking.rules.context.AdapterContext`, a layer above this one
+# (it runs the module rules registered here): Any in these aliases, the type in each check.
+AdapterCheck = Callable[[Any], Iterable[Violation]]
+"""A check of one adapter: ``check(ctx) -> violations`` (a list or a generator).
 
-``subject`` names the adapter in messages (``adapter 'path'``); the check reads the spec's
-metadata only and raises nothing for a bad adapter: a finding is a `Violation`."""
+``ctx.subject`` names the adapter in messages (``adapter 'path'``); the check reads the
+spec's metadata only and raises nothing for a bad adapter: a finding is a `Violation`."""
 
-BUILT_IN_ORDER: tuple[str, ...] = (
-    "LG115", "LG116", "LG105", "LG118", "LG104", "LG103", "LG107", "LG102", "LG101",
-    "LG111", "LG112", "LG106", "LG109", "LG121", "LG002")
-"""The codes of the built-in checks of one adapter (`check_spec`), in the order a report
-lists them: what the adapter holds first (no tensors, an init, features), then its keys, its
-modules, its ranks, its dtypes, its fit to the base. The one list of them: `adapter_codes`,
-``skip=`` and the report order read it; a code registered with `adapter_invariant` follows
-them, in code order."""
-
-_RANK = {code: i for i, code in enumerate(BUILT_IN_ORDER)}
+ModuleRule = Callable[[Any, LoRAModuleSpec, Any, list[Violation]], None]
+"""The part of a check that looks at one LoRA module: run for every module in the one pass
+over an adapter's modules (`AdapterContext.modules`), it adds findings to ``grouped`` (one
+violation per kind, with a count) or, for a finding that names the adapter, to ``found``."""
 
 
-def report_rank(code: str) -> int:
-    """Where a violation of ``code`` goes in one adapter's list (registered codes last)."""
-    return _RANK.get(code, len(_RANK))
+@dataclass(frozen=True)
+class BuiltInCheck:
+    """A built-in check of one adapter: its code, where its violations go in a report, and
+    the check."""
+
+    code: str
+    position: int
+    check: AdapterCheck
 
 
-def adapter_codes() -> tuple[str, ...]:
-    """Every code the checks of one adapter can report (built in and registered), in code
-    order: what ``skip=`` of `check_adapter` and `spec_violations` accepts."""
-    return tuple(sorted({*BUILT_IN_ORDER, *_CHECKS}))
+_BUILT_IN: dict[str, BuiltInCheck] = {}
+_MODULE_RULES: dict[str, tuple[ModuleRule, bool]] = {}
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def adapter_check(code: str, *, position: int) -> Callable[[_Fn], _Fn]:
+    """Decorator of a built-in check (in ``lora_guard._checking.invariants``): registers it
+    for ``code``, whose entry must be in the catalogue, at ``position`` in a report.
+
+    Refuses (ValueError) a code without an entry, a code or position already taken."""
+    if code not in INVARIANTS:
+        raise ValueError(f"adapter_check({code!r}): no catalogue entry has this code; add its "
+                         "module to lora_guard/_core/catalogue/ first")
+
+    def decorate(check: _Fn) -> _Fn:
+        taken = [c for c in _BUILT_IN.values() if c.code == code or c.position == position]
+        if taken:
+            raise ValueError(f"adapter_check({code!r}, position={position}): taken by "
+                             f"{taken[0].code} at position {taken[0].position}")
+        _BUILT_IN[code] = BuiltInCheck(code, position, check)
+        return check
+
+    return decorate
+
+
+def module_rule(code: str, *, empty_halves: bool = False) -> Callable[[_Fn], _Fn]:
+    """Decorator of the part of ``code``'s check that looks at one module at a time (see
+    `ModuleRule`). ``empty_halves``: it also sees the modules with a zero-size half (which
+    the other rules skip: LG107 reports them)."""
+
+    def decorate(rule: _Fn) -> _Fn:
+        if code in _MODULE_RULES:
+            raise ValueError(f"module_rule({code!r}): {code} has a module rule already")
+        _MODULE_RULES[code] = (rule, empty_halves)
+        return rule
+
+    return decorate
+
+
+def built_in_checks() -> tuple[BuiltInCheck, ...]:
+    """The built-in checks registered so far, in report order (all of them once
+    ``lora_guard._checking.invariants`` is imported: read them there)."""
+    return tuple(sorted(_BUILT_IN.values(), key=lambda c: c.position))
+
+
+def module_rules() -> tuple[tuple[str, ModuleRule, bool], ...]:
+    """The module rules registered so far: (code, rule, sees the modules with a zero-size
+    half), in code order."""
+    return tuple((code, *_MODULE_RULES[code]) for code in sorted(_MODULE_RULES))
+
+
+def plugin_codes() -> tuple[str, ...]:
+    """The codes of `adapter_invariant`, in code order."""
+    return tuple(code for code, _ in _ORDERED)
 
 
 _Check = TypeVar("_Check", bound=AdapterCheck)
@@ -87,20 +145,20 @@ _ORDERED: tuple[tuple[str, AdapterCheck], ...] = ()  # by code; replaced whole o
 _LOCK = threading.Lock()
 
 
-def adapter_invariant(**entry: Any) -> Callable[[_Check], _Check]:
+def adapter_invariant(**fields: Any) -> Callable[[_Check], _Check]:
     """Decorator: register a catalogue entry (the keyword arguments, as `lora_guard.Invariant`
-    takes them) together with the per-adapter check it decorates.
+    takes them) together with the check of one adapter it decorates (``check(ctx)``).
 
     Refuses (ValueError, nothing registered) a code or slug already taken, an unknown
     ``error`` class name, a function that is not callable; the function is returned unchanged.
     """
-    error = entry.get("error")
+    error = fields.get("error")
     if error not in _CLASSES:
         raise ValueError(
             f"adapter_invariant(error={error!r}): the error is the name of a lora_guard error "
             f"class, one of {', '.join(sorted(_CLASSES))}"
         )
-    invariant = _entry(**entry)
+    invariant = entry(**fields)
 
     def decorate(check: _Check) -> _Check:
         if not callable(check):
@@ -120,22 +178,14 @@ def _reorder() -> None:
 
 
 def registered_checks() -> tuple[tuple[Invariant, AdapterCheck], ...]:
-    """The invariants defined with their check, in code order, with that check."""
+    """The invariants defined with `adapter_invariant`, in code order, with their check."""
     return tuple((INVARIANTS[code], check) for code, check in _ORDERED)
 
 
-def registered_violations(subject: str, spec: AdapterSpec,
-                          limits: ServingLimits) -> list[Violation]:
-    """The hook of the checker: every registered per-adapter check run on one adapter. Called
-    once per adapter, so it reads one tuple (no lock, no sort): none registered costs a
-    branch."""
-    checks = _ORDERED
-    if not checks:
-        return []
-    found: list[Violation] = []
-    for _, check in checks:
-        found.extend(check(subject, spec, limits))
-    return found
+def plugin_checks() -> tuple[tuple[str, AdapterCheck], ...]:
+    """The checks of `adapter_invariant`, in code order: one tuple read per adapter (no
+    lock, no sort)."""
+    return _ORDERED
 
 
 def remove_invariant(code: str) -> None:

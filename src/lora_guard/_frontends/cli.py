@@ -369,12 +369,8 @@ engine that implements them), as LG105's fix says."""
 def _engine_limits(args: argparse.Namespace) -> tuple[Any, list[str], tuple[str, ...]]:
     """--engine and/or the words after --: the engine's limits, the adapters it names and the
     checks it leaves out (the base-model check when MODEL's config.json cannot be had)."""
-    from lora_guard._checking.engines import (
-        is_serve_command,
-        limits_for_engine,
-        parse_serve_command,
-        profile,
-    )
+    from lora_guard._checking.engines import is_serve_command, parse_serve_command, profile
+    from lora_guard._checking.limits import engine_limits, limits_for_engine
     from lora_guard._reading.basemodel import BaseConfigError
 
     tail: list[str] = args.engine_argv or []
@@ -390,11 +386,12 @@ def _engine_limits(args: argparse.Namespace) -> tuple[Any, list[str], tuple[str,
                 release = profile(args.engine)
                 version = release.version
             command = parse_serve_command(tail, version=version, base_config=args.base_config)
-            ran = str(command.limits.engine).split("==")[0]
-            if args.engine and ran != args.engine.split("==")[0].strip().lower():
+            ran = command.settings.release
+            if args.engine and ran.engine != args.engine.split("==")[0].strip().lower():
                 raise UsageError(f"--engine {args.engine} but the command after -- runs "
-                                 f"{command.limits.engine}")
-            return command.limits, [path for _, path in command.adapters], command.skipped
+                                 f"{ran.label}")
+            limits = engine_limits(command.settings, base_config=command.base_config)
+            return limits, [path for _, path in command.adapters], command.skipped
         if not args.engine:
             raise UsageError(
                 "the words after -- are not a serve command (vllm serve MODEL ... or python -m "

@@ -28,22 +28,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
-import functools
 import importlib.util
 import json
 import math
-import os
-import socket
-import sys
 import time
-import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import torch
+
+from lora_guard._frontends._verify_engines import (
+    ENGINE_CLASSES,
+    EngineModule,
+    Refused,
+    release_module,
+)
+from lora_guard._frontends._verify_peft import BaseWeights, PeftReference
 
 TOLERANCE = 1e-4
 """A module serves *as trained* when the largest difference from PEFT's output is at most this
@@ -59,10 +61,6 @@ rather than report what may be its own driver's fault."""
 PHASES = ("prefill", "decode")
 _TOKENS = 8
 _SEED = 0
-
-
-class Refused(Exception):
-    """The engine's loader refused the adapter (its own message)."""
 
 
 class VerifyError(Exception):
@@ -158,36 +156,6 @@ def classify(engine: torch.Tensor, peft: torch.Tensor, base: torch.Tensor,
     return "differs", f"max diff {float(offset.abs().max()):.3g} (effect {effect:.3g})"
 
 
-# --- the base's weights, read lazily ---------------------------------------------------------
-
-
-class BaseWeights:
-    """A base model folder's tensors by name, read one at a time from its safetensors files."""
-
-    def __init__(self, folder: Path) -> None:
-        from safetensors import safe_open
-
-        self.folder = folder
-        self._open = safe_open
-        index = folder / "model.safetensors.index.json"
-        self.where: dict[str, Path] = {}
-        if index.is_file():
-            mapping = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
-            self.where = {name: folder / file for name, file in mapping.items()}
-        else:
-            for file in sorted(folder.glob("*.safetensors")):
-                with safe_open(str(file), framework="pt") as f:
-                    self.where.update(dict.fromkeys(f.keys(), file))
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.where
-
-    def get(self, name: str, dtype: torch.dtype) -> torch.Tensor:
-        with self._open(str(self.where[name]), framework="pt") as f:
-            tensor: torch.Tensor = f.get_tensor(name).to(dtype)
-            return tensor
-
-
 def _check_base_files(base: Path) -> None:
     if not (base / "config.json").is_file():
         raise VerifyError("base-missing", f"{base} has no config.json: --base takes the base "
@@ -198,449 +166,6 @@ def _check_base_files(base: Path) -> None:
         raise VerifyError("base-weights-missing", f"{base} has no *.safetensors weights: verify "
                           "runs the base's modules and needs its weights (.bin checkpoints: "
                           "convert them to safetensors first)")
-
-
-# --- CPU set-up shared by both engines ----------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _cpu_shims() -> None:
-    """What the engines' LoRA modules need on a CPU, and nothing on a GPU machine.
-
-    sglang pins small host tensors (``pin_memory=True``, ``.pin_memory()``), which torch refuses
-    without an accelerator: the flag is dropped (pinning changes where a host tensor lives,
-    never its values). sglang imports ``torchvision.transforms.InterpolationMode`` at module
-    level: where torchvision is absent, a stand-in with that enum only is registered, after
-    transformers has recorded torchvision as absent.
-    """
-    if torch.cuda.is_available():
-        return
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    if importlib.util.find_spec("torchvision") is None and "torchvision" not in sys.modules:
-        from transformers.utils import import_utils
-
-        import_utils.is_torchvision_available()
-        vision = types.ModuleType("torchvision")
-        transforms = types.ModuleType("torchvision.transforms")
-
-        functional = types.ModuleType("torchvision.transforms.functional")
-
-        class InterpolationMode(enum.Enum):
-            NEAREST = "nearest"
-            NEAREST_EXACT = "nearest-exact"
-            BILINEAR = "bilinear"
-            BICUBIC = "bicubic"
-            BOX = "box"
-            HAMMING = "hamming"
-            LANCZOS = "lanczos"
-
-        functional.InterpolationMode = InterpolationMode  # type: ignore[attr-defined]
-        transforms.InterpolationMode = InterpolationMode  # type: ignore[attr-defined]
-        transforms.functional = functional  # type: ignore[attr-defined]
-        vision.transforms = transforms  # type: ignore[attr-defined]
-        vision.__version__ = "0.0.0+lora-guard-stand-in"  # type: ignore[attr-defined]
-        for module in (vision, transforms):
-            module.__path__ = []  # a package
-        sys.modules.update({"torchvision": vision, "torchvision.transforms": transforms,
-                            "torchvision.transforms.functional": functional})
-    if getattr(torch, "_lora_guard_tier_no_pin", False):
-        return
-
-    def no_pin(factory: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(factory)
-        def make(*args: Any, **kwargs: Any) -> Any:
-            kwargs.pop("pin_memory", None)
-            return factory(*args, **kwargs)
-        return make
-
-    for name in ("tensor", "arange", "zeros", "empty", "ones", "full"):
-        setattr(torch, name, no_pin(getattr(torch, name)))
-    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
-    torch._lora_guard_tier_no_pin = True  # type: ignore[attr-defined]
-
-
-@dataclass
-class EngineModule:
-    name: str
-    kind: str  # "linear", "embedding", "lm_head"
-    parts: tuple[tuple[str, int], ...]
-    """PEFT's modules in the engine module's output, in order, with their output sizes."""
-    module: Any
-
-
-def _release(module: Any) -> None:
-    """Drop a module's base weights (loaded for one measurement) to keep memory bounded."""
-    for param in module.parameters(recurse=True):
-        if param.numel() and param.dtype.is_floating_point and param.dim() >= 1:
-            param.data = torch.empty(0, dtype=param.dtype)
-
-
-_PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
-"""The engines' stacked modules of the Llama family, where a model class does not say."""
-
-
-def _packed(model: Any) -> dict[str, list[str]]:
-    mapping = getattr(model, "packed_modules_mapping", None) or _PACKED
-    return {k: list(v) for k, v in mapping.items()}
-
-
-def _parts(name: str, module: Any, packed: dict[str, list[str]],
-           sizes: Callable[[str], int]) -> tuple[tuple[str, int], ...]:
-    head, _, leaf = name.rpartition(".")
-    members = [leaf]
-    if leaf in packed:
-        try:
-            sizes(name)  # the transformers model has the packed module itself (Phi-3)
-        except AttributeError:
-            members = packed[leaf]
-    return tuple((f"{head}.{m}" if head else m, sizes(f"{head}.{m}" if head else m))
-                 for m in members)
-
-
-# --- sglang -----------------------------------------------------------------------------------
-
-
-class SglangEngine:
-    """sglang's model and ``LoRAManager(lora_backend="torch_native")`` on the CPU."""
-
-    name = "sglang"
-
-    def __init__(self, base: Path, config: Any, adapter: Path, *, max_rank: int,
-                 dtype: torch.dtype, target_modules: set[str] | None = None) -> None:
-        """``target_modules``: ``--lora-target-modules``; None: sglang's default, inferred
-        from the adapter given at start-up (``--lora-paths``)."""
-        _cpu_shims()
-        import sglang
-        from sglang.srt.configs.load_config import LoadConfig
-        from sglang.srt.distributed import parallel_state
-        from sglang.srt.runtime_context import get_parallel
-        from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
-
-        self.version = sglang.__version__
-        args = ServerArgs(model_path=str(base), device="cpu", enable_lora=True,
-                          max_lora_rank=max_rank, lora_target_modules=["all"],
-                          lora_backend="torch_native")
-        from sglang.srt.runtime_context import get_server_args
-
-        current = None
-        with contextlib.suppress(Exception):
-            current = get_server_args()
-        if current is None or not getattr(current, "enable_lora", False):
-            set_global_server_args_for_scheduler(args)  # a scheduler's process-wide args
-        get_parallel().override_permanently(
-            tp_rank=0, pp_rank=0, attn_cp_rank=0, moe_dp_rank=0, moe_ep_rank=0, moe_tp_rank=0,
-            attn_tp_rank=0, attn_dp_rank=0)
-        if not parallel_state.model_parallel_is_initialized():
-            parallel_state.init_distributed_environment(
-                world_size=1, rank=0, local_rank=0, backend="gloo",
-                distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
-            parallel_state.initialize_model_parallel(backend="gloo")
-        from sglang.srt.lora import lora_manager, lora_registry
-
-        cls = _sglang_model_class(config)
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            self.model = cls(config, quant_config=None)
-        finally:
-            torch.set_default_dtype(previous)
-        self.uid = "verify"
-        ref = lora_registry.LoRARef(lora_id=self.uid, lora_name=self.uid,
-                                    lora_path=str(adapter), pinned=False)
-        try:
-            self.manager = lora_manager.LoRAManager(
-                self.model, config, max_loras_per_batch=2, load_config=LoadConfig(),
-                dtype=dtype, server_args=args, lora_backend="torch_native",
-                max_lora_rank=max_rank, target_modules=target_modules,
-                lora_paths=[ref] if target_modules is None else None)
-            if target_modules is not None:
-                result = self.manager.load_lora_adapter(ref)
-                if not result.success:
-                    raise Refused(result.error_message or "(an empty error message)")
-            self.manager.fetch_new_loras({self.uid, None})  # the memory pool admits it
-        except Refused:
-            raise
-        except Exception as exc:
-            raise Refused(f"{type(exc).__name__}: {exc}") from exc
-
-    def modules(self, sizes: Callable[[str], int]) -> list[EngineModule]:
-        packed = _packed(self.model)
-        out = []
-        # the embeddings and lm_head run wrapped or not: an adapter that trains them (saved
-        # copies, token deltas) is served by them either way
-        embed = self.manager.embed_tokens_module or self.model.get_input_embeddings()
-        name = _find(self.model, embed)
-        out.append(EngineModule(name, "embedding", ((name, 0),), embed))
-        for layer in self.manager.lora_modules:
-            for name, module in layer.items():
-                out.append(EngineModule(name, "linear", _parts(name, module, packed, sizes),
-                                        module))
-        head = self.manager.lm_head_module or getattr(self.model, "lm_head", None)
-        if head is not None:
-            name = _find(self.model, head)
-            out.append(EngineModule(name, "lm_head", ((name, 0),), head))
-        return out
-
-    def load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        self.model.load_weights(iter(weights))
-
-    def run(self, module: EngineModule, x: torch.Tensor, phase: str, adapter: bool) -> Any:
-        from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
-        n = x.shape[0]
-        uid = self.uid if adapter else None
-        if phase == "prefill":  # one request of n tokens
-            ids, mode, lens = [uid], ForwardMode.EXTEND, [n]
-        else:  # n requests of one token each
-            ids, mode, lens = [uid] * n, ForwardMode.DECODE, [1] * n
-        batch = types.SimpleNamespace(
-            lora_ids=ids, forward_mode=mode, batch_size=len(ids),
-            extend_seq_lens=torch.tensor(lens, dtype=torch.int32), extend_seq_lens_cpu=lens,
-            extend_num_tokens=n, can_run_decode_cuda_graph=False, spec_info=None)
-        self.manager.prepare_lora_batch(batch)
-        if module.kind == "lm_head" and not hasattr(module.module, "lora_backend"):
-            return torch.nn.functional.linear(x, module.module.weight)  # as the logits do
-        out = module.module(x)
-        return out[0] if isinstance(out, tuple) else out
-
-
-def _sglang_model_class(config: Any) -> Any:
-    """sglang's class for the base's architecture: its module by ``model_type`` first (the
-    registry imports every model sglang has, which takes minutes on a CPU)."""
-    import importlib
-
-    wanted = list(getattr(config, "architectures", None) or [])
-    with contextlib.suppress(ImportError):
-        module = importlib.import_module(f"sglang.srt.models.{config.model_type}")
-        entries = getattr(module, "EntryClass", [])
-        for entry in entries if isinstance(entries, list) else [entries]:
-            if entry.__name__ in wanted:
-                return entry
-    from sglang.srt.models.registry import ModelRegistry
-
-    return ModelRegistry.resolve_model_cls(wanted)[0]
-
-
-def _find(model: Any, target: Any) -> str:
-    for name, module in model.named_modules():
-        if module is target:
-            return str(name)
-    raise LookupError("module not found")
-
-
-# --- vLLM -------------------------------------------------------------------------------------
-
-
-class VllmEngine:
-    """vLLM's model and ``LRUCacheWorkerLoRAManager`` on the CPU (its CPU punica wrapper)."""
-
-    name = "vllm"
-    _distributed = False
-
-    def __init__(self, base: Path, config: Any, adapter: Path, *, max_rank: int,
-                 dtype: torch.dtype) -> None:
-        _cpu_shims()
-        from vllm.platforms import current_platform
-
-        # vLLM's CPU platform refuses to configure itself without its compiled kernels; the
-        # LoRA path used here runs on torch ops (vllm/lora/ops/torch_ops).
-        type(current_platform).check_and_update_config = classmethod(
-            lambda cls, config: None)
-        import vllm
-        from vllm.config import (
-            DeviceConfig,
-            LoRAConfig,
-            ModelConfig,
-            VllmConfig,
-            set_current_vllm_config,
-        )
-        from vllm.lora import worker_manager
-        from vllm.lora.request import LoRARequest
-
-        self.version = vllm.__version__
-        lora_config = LoRAConfig(max_lora_rank=max_rank, max_loras=1, lora_dtype=dtype)
-        model_config = ModelConfig(model=str(base), tokenizer=None, skip_tokenizer_init=True,
-                                   dtype=dtype)
-        self.config = VllmConfig(model_config=model_config, lora_config=lora_config,
-                                 device_config=DeviceConfig(device="cpu"))
-        self._current = set_current_vllm_config
-        with set_current_vllm_config(self.config):
-            if not VllmEngine._distributed:
-                from vllm.distributed import (
-                    ensure_model_parallel_initialized,
-                    init_distributed_environment,
-                    model_parallel_is_initialized,
-                )
-                if not model_parallel_is_initialized():
-                    init_distributed_environment(
-                        world_size=1, rank=0, local_rank=0, backend="gloo",
-                        distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
-                    ensure_model_parallel_initialized(1, 1)
-                VllmEngine._distributed = True
-            from vllm.model_executor.models import ModelRegistry
-
-            cls, _ = ModelRegistry.resolve_model_cls(config.architectures, model_config)
-            previous = torch.get_default_dtype()
-            torch.set_default_dtype(dtype)
-            try:
-                self.model = cls(vllm_config=self.config)
-            finally:
-                torch.set_default_dtype(previous)
-            for module in self.model.modules():  # the base GEMM hook (set with vllm._C)
-                if hasattr(module, "quant_method") and not hasattr(module, "cpu_linear"):
-                    module.cpu_linear = torch.nn.functional.linear
-            self.worker = worker_manager.LRUCacheWorkerLoRAManager(
-                self.config, torch.device("cpu"), getattr(self.model, "embedding_modules", {}))
-            self.worker.create_lora_manager(self.model, self.config)
-            try:
-                self.worker.add_adapter(LoRARequest("verify", 1, str(adapter)))
-            except Exception as exc:
-                raise Refused(f"{type(exc).__name__}: {exc}") from exc
-        self.lora_id = 1
-
-    def modules(self, sizes: Callable[[str], int]) -> list[EngineModule]:
-        from vllm.lora.layers import BaseLayerWithLoRA, LogitsProcessorWithLoRA
-
-        packed = _packed(self.model)
-        out = []
-        for name, module in self.model.named_modules():
-            if isinstance(module, LogitsProcessorWithLoRA):
-                head = name.rpartition(".")[0]
-                lm = f"{head}.lm_head" if head else "lm_head"
-                out.append(EngineModule(lm, "lm_head", ((lm, 0),), module))
-            elif isinstance(module, BaseLayerWithLoRA):
-                kind = "embedding" if "embed" in name else "linear"
-                parts = ((name, 0),) if kind == "embedding" else _parts(name, module, packed,
-                                                                          sizes)
-                out.append(EngineModule(name, kind, parts, module))
-        order = {"embedding": 0, "linear": 1, "lm_head": 2}
-        return sorted(out, key=lambda m: order[m.kind])
-
-    def load(self, weights: list[tuple[str, torch.Tensor]]) -> None:
-        with self._current(self.config):
-            self.model.load_weights(iter(weights))
-
-    def run(self, module: EngineModule, x: torch.Tensor, phase: str, adapter: bool) -> Any:
-        from vllm.lora.layers import LoRAMapping
-
-        n = x.shape[0]
-        index = self.lora_id if adapter else 0
-        prompts = 1 if phase == "prefill" else n
-        mapping = LoRAMapping((index,) * n, (index,) * prompts, is_prefill=phase == "prefill")
-        with self._current(self.config):
-            if adapter:
-                self.worker._adapter_manager.activate_adapter(self.lora_id)
-            self.worker._adapter_manager.set_adapter_mapping(mapping)
-            if module.kind == "lm_head":
-                lm_head = self.model.get_submodule(module.name)
-                return module.module(lm_head, x)
-            out = module.module(x)
-        return out[0] if isinstance(out, tuple) else out
-
-
-# --- PEFT, from the adapter's files, on a model without weights ------------------------------
-
-
-class PeftReference:
-    """PEFT's LoRA layers reloaded from the adapter's files (``PeftModel.from_pretrained``)
-    over the base model built without its weights (allocated, never written: no memory is
-    used until a module's weights are set). `materialise` sets one module's base weights from
-    the base's files; `release` drops them again. ``model``: a PEFT model in memory instead
-    (PEFT as trained), whose weights are all there."""
-
-    def __init__(self, adapter: Path, config: Any, dtype: torch.dtype,
-                 model: Any = None) -> None:
-        self.adapter_config = json.loads(
-            (adapter / "adapter_config.json").read_text(encoding="utf-8"))
-        self.lazy = model is None
-        self.from_adapter: set[str] = set()
-        if model is None:
-            from peft import PeftConfig, PeftModel
-            from transformers import AutoModelForCausalLM
-
-            with torch.device("meta"):
-                base = AutoModelForCausalLM.from_config(config, dtype=dtype)  # type: ignore[no-untyped-call]
-            base.to_empty(device="cpu")
-            peft_config = PeftConfig.from_pretrained(str(adapter))
-            if isinstance(getattr(peft_config, "init_lora_weights", True), str):
-                # PiSSA, OLoRA, LoftQ: their init rewrites the base in training; what the
-                # files hold is served on the base given, as PEFT loads them there
-                peft_config.init_lora_weights = True
-            model = PeftModel.from_pretrained(base, str(adapter), config=peft_config)
-        self.model = model.eval()
-        self.inner = model.get_base_model()
-        if self.lazy:  # base parameters PEFT set from the adapter's files (bias="all", ...)
-            from safetensors import safe_open
-
-            params = {_base_key("", n).lstrip("."): p for n, p in
-                      self.inner.named_parameters()}
-            for file in adapter.glob("adapter_model.safetensors"):
-                with safe_open(str(file), framework="pt") as f:
-                    for k in f.keys():  # noqa: SIM118 - a safetensors file, no __iter__
-                        key = k.removeprefix("base_model.model.")
-                        param = params.get(key)
-                        if param is not None and param.shape == f.get_slice(k).get_shape() \
-                                and torch.equal(param.detach(), f.get_tensor(k).to(param.dtype)):
-                            self.from_adapter.add(key)
-
-    def module(self, name: str) -> Any:
-        return self.inner.get_submodule(name)
-
-    def out_size(self, name: str) -> int:
-        module = self.module(name)
-        base = getattr(module, "base_layer", module)
-        return int(getattr(base, "out_features", 0) or getattr(base, "embedding_dim", 0))
-
-    def _base_params(self, name: str) -> Iterator[tuple[str, Any]]:
-        for pname, param in self.module(name).named_parameters():
-            key = _base_key(name, pname)
-            if key and key not in self.from_adapter:
-                yield key, param
-
-    def materialise(self, names: Sequence[str], weights: BaseWeights,
-                    dtype: torch.dtype) -> list[tuple[str, torch.Tensor]]:
-        """Set the base parameters of ``names`` from the base's files (where the adapter does
-        not hold them); returns the base tensors read (for the engine)."""
-        read: list[tuple[str, torch.Tensor]] = []
-        for name in names:
-            for key, param in self._base_params(name):
-                if key not in weights:
-                    continue
-                tensor = weights.get(key, dtype)
-                read.append((key, tensor))
-                if self.lazy:  # the read tensor itself: the unwritten allocation is freed
-                    param.data = tensor.to(param.dtype)
-        return read
-
-    def release(self, names: Sequence[str]) -> None:
-        """Free the base weights `materialise` set (to nothing: freed memory reused for an
-        unwritten placeholder would stay resident, module after module)."""
-        if not self.lazy:
-            return
-        for name in names:
-            for _, param in self._base_params(name):
-                param.data = torch.empty(0, dtype=param.dtype)
-
-    def run(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            out = self.module(name)(x)
-        result: torch.Tensor = out[0] if isinstance(out, tuple) else out
-        return result
-
-
-def _base_key(module: str, pname: str) -> str:
-    """The base checkpoint's name of a PEFT module's base parameter (``base_layer.weight`` ->
-    ``module.weight``), or ``""`` for the adapter's own parameters."""
-    if any(s in pname for s in ("lora_", "modules_to_save", "trainable_tokens")):
-        return ""
-    parts = [p for p in pname.split(".")
-             if p not in ("base_layer", "original_module", "token_adapter")]
-    return ".".join([module, *parts]) if module else ".".join(parts)
 
 
 # --- the measurement --------------------------------------------------------------------------
@@ -715,7 +240,7 @@ def measure(engine: Any, peft: PeftReference, weights: BaseWeights, config: Any,
                         effect=float((trained[..., cut] - plain[..., cut]).abs().max()),
                         diff=float((served[..., cut] - trained[..., cut]).abs().max())))
         if not (module.kind == "embedding" and tied):  # a tied lm_head reads it again
-            _release(module.module)
+            release_module(module.module)
         peft.release(_key_names(module, peft))
     if progress is not None:
         progress(len(modules), len(modules), "")
@@ -766,9 +291,6 @@ def _max_rank(adapter: Path) -> int:
     return next((r for r in _RANKS if r >= largest), largest)
 
 
-_ENGINE_CLASSES: dict[str, Callable[..., Any]] = {"sglang": SglangEngine, "vllm": VllmEngine}
-
-
 def check_can_run(adapter: Path, engine: str, base: Path) -> Any:
     """Refuse early, before anything heavy is imported: a missing adapter, base or engine."""
     if engine not in ENGINES:
@@ -814,7 +336,7 @@ def verify(adapter: Path, *, engine: str, base: Path, dtype: torch.dtype = torch
     except Exception as exc:  # PEFT itself cannot load these files on this base
         unloadable = f"{type(exc).__name__}: {exc}"
     try:
-        served = _ENGINE_CLASSES[engine](base, config, adapter, max_rank=_max_rank(adapter),
+        served = ENGINE_CLASSES[engine](base, config, adapter, max_rank=_max_rank(adapter),
                                          dtype=dtype)
     except Refused as exc:  # the engine's own refusal of the adapter
         return Report(engine, _version(engine), str(adapter), (), str(exc))

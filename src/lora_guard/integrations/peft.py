@@ -39,6 +39,7 @@ from typing import Any
 
 from .._checking.check_adapters import Expected, ServingLimits, spec_violations
 from .._checking.checks import shape_of
+from .._checking.invariants import settled_codes
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
@@ -58,13 +59,13 @@ _PEFT_SERVES = ServingLimits(allow=frozenset(FEATURES))
 # What PEFT's LoraConfig fills in for a field the saved config leaves out: not malformed here.
 PEFT_CONFIG_DEFAULTS: Mapping[str, Any] = {"r": 8, "lora_alpha": 8, "target_modules": None}
 """PEFT implements every config feature (DoRA, biases, modules_to_save, ...): no LG105."""
-_LOAD_SETTLED_BY_PEFT = ("LG104", "LG106", "LG002", "LG116", "LG118")
+_LOAD_SETTLED_BY_PEFT = settled_codes("LG104", "LG106", "LG002", "LG116", "LG118")
 """Checks of the checker a load leaves out: keys PEFT does not know are PEFT's to warn
 about (LG104), PEFT copies weights into its own parameters' dtype (LG106), the layout
 registry reports LG002, within the adapter and against the model's other adapters; a PiSSA/
 OLoRA adapter is right on the residual base PEFT users load it on (LG116), and PEFT loads
 the base weights an adapter ships (LG118)."""
-_SWAP_SETTLED_ELSEWHERE = ("LG102", "LG103", "LG104", "LG106")
+_SWAP_SETTLED_ELSEWHERE = settled_codes("LG102", "LG103", "LG104", "LG106")
 """Checks of the checker a hot-swap from a folder leaves out: PEFT zero-fills a missing half
 on purpose (LG103) and refuses unexpected keys itself before writing (LG104); the swap guard
 compares A and B with the loaded, possibly padded, tensors (LG102: an adapter saved from a

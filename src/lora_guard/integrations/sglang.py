@@ -64,7 +64,9 @@ from typing import Any
 
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_cache_entry, check_slot_maps_violations
-from .._checking.engines import SPECS, running_limits
+from .._checking.engines import SPECS
+from .._checking.invariants import settled_codes
+from .._checking.limits import running_limits
 from .._core.config import report
 from .._core.errors import LoRAGuardError, Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
@@ -112,7 +114,7 @@ def _subject(lora_ref: Any) -> str:
 
 # sglang pools fused projections; an adapter may train their parts (or the reverse).
 _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
-_SGLANG_SETTLES = ("LG106", "LG002")
+_SGLANG_SETTLES = settled_codes("LG106", "LG002")
 """Codes of the checker not reported at load: sglang casts every weight to its dtype
 (LG106), and the layout guard reports LG002 against the pool as well as within an adapter."""
 _IN_LOAD: contextvars.ContextVar[Any] = contextvars.ContextVar("lora_guard_sglang_load",

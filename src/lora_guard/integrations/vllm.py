@@ -44,7 +44,10 @@ from typing import Any
 
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_slot_maps_violations
-from .._checking.engines import SPECS, running_limits
+from .._checking.engines import SPECS
+from .._checking.invariants import settled_codes
+from .._checking.invariants.lg104_unsupported_target import names_not_served
+from .._checking.limits import running_limits
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._reading.adapters import AdapterSpec
@@ -100,7 +103,7 @@ _LOADING: contextvars.ContextVar[_Server | None] = contextvars.ContextVar(
 _CHECKED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "lora_guard_vllm_checked", default=None)
 """The adapter folder the worker's load guard checked already (no second report)."""
-_VLLM_SETTLES = ("LG106",)
+_VLLM_SETTLES = settled_codes("LG106")
 """Codes of the checker vLLM settles by design: it casts every weight to its LoRA dtype."""
 
 
@@ -280,13 +283,7 @@ def _packed_names(spec: AdapterSpec, expected: Any, subject: str,
     served = frozenset(m for m in expected if isinstance(m, str)) | _CLASSIFIER_HEADS
     if not served - _CLASSIFIER_HEADS:
         return []
-    fused = sorted({m.target for m in spec.modules.values() if m.target not in served
-                    and m.kind not in ("moe-flat", "moe-packed")})
-    if not fused:
-        return []
-    first = next(m for m in spec.modules.values() if m.target == fused[0])
-    return [make_violation("LG104", "module", subject, module=first.module, target=fused[0],
-                           served=", ".join(sorted(served)))]
+    return names_not_served(spec, served, subject)
 
 
 def _checked(lora_dir: str | os.PathLike[str]) -> bool:

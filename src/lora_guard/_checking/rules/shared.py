@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["FEATURE_TEXT", "MAX_PER_KIND", "PACKED", "PART_OF", "Expected", "Grouped", "more",
-           "share"]
+           "share", "total_bytes"]
 
 MAX_PER_KIND = 10
 """Most violations of one kind reported for one adapter (the rest are counted)."""
@@ -62,3 +62,8 @@ PACKED: Mapping[str, frozenset[str]] = types.MappingProxyType({
 """Packed module -> the parts an adapter may name it by (vLLM ``packed_modules_mapping``,
 sglang ``get_normalized_target_modules``)."""
 PART_OF = {part: packed for packed, parts in PACKED.items() for part in parts}
+
+
+def total_bytes(spec: Any) -> int:
+    """The bytes of every tensor of an adapter (an `AdapterSpec`), for a part's share."""
+    return sum(t.nbytes for t in spec.tensors.values())

@@ -1,13 +1,16 @@
-"""LG109: an adapter that does not fit its base model (dims, layers, experts, vocab, module
-names of another architecture, modules of another tower)."""
+"""LG109's check: an adapter that does not fit its base model (dims, layers, experts, vocab,
+module names of another architecture, modules of another tower), compared with the base's
+config (``limits.base``), the live model's dims (a guard's ``module_dims``) or its vocab
+alone (``vocab_size``)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from typing import Any
 
-from lora_guard._checking.limits import ServingLimits
+from lora_guard._checking.registry import adapter_check, module_rule
+from lora_guard._checking.rules.context import AdapterContext
 from lora_guard._checking.rules.shared import Expected, Grouped, more
 from lora_guard._core.catalogue import INVARIANTS
 from lora_guard._core.errors import Violation, make_violation
@@ -16,7 +19,7 @@ from lora_guard._reading.architectures import ARCHITECTURE_NAMES
 from lora_guard._reading.basemodel import BaseModelDims
 from lora_guard._reading.bounded import Bounded
 
-__all__ = ["base_model_hint", "check_dims", "check_saved_embeddings", "dims_violation"]
+__all__ = ["base_model_mismatch", "fits_base"]
 
 _SHOWN_DIMS = 3
 """Mismatched dims named in an LG109 ``dims`` message (the rest are counted)."""
@@ -204,7 +207,8 @@ def _check_vocab(module: LoRAModuleSpec, vocab: int, grouped: Grouped) -> None:
         _check_fit(module, unknown, known, grouped)
 
 
-def check_saved_embeddings(spec: AdapterSpec, base: BaseModelDims, grouped: Grouped) -> None:
+def _saved_embeddings(spec: AdapterSpec, base: BaseModelDims, grouped: Grouped) -> None:
+    """Embedding and head weights saved in full, against the base's vocab."""
     for key, what in spec.extra_keys.items():
         if what not in ("embedding-base", "modules_to_save"):
             continue
@@ -217,14 +221,41 @@ def check_saved_embeddings(spec: AdapterSpec, base: BaseModelDims, grouped: Grou
                         {"got": shape[0], "expected": base.vocab_size})
 
 
-
-def check_dims(module: LoRAModuleSpec, limits: ServingLimits,
-                grouped: Grouped, vocab_size: int | None,
-                module_dims: Mapping[str, tuple[Expected, Expected]] | None) -> None:
-    """LG109: fit to the base model (its live modules, its config, or its vocab alone)."""
+@module_rule("LG109")
+def fits_base(ctx: AdapterContext, module: LoRAModuleSpec, grouped: Grouped,
+              found: list[Violation]) -> None:
+    """One module against the base model (its live modules, its config, or its vocab alone)."""
+    module_dims = ctx.module_dims
     if module_dims is not None and module.module in module_dims:
         _check_fit(module, *module_dims[module.module], grouped)
-    elif limits.base is not None:
-        _check_base(module, limits.base, grouped, limits.engine_rules)
-    elif vocab_size is not None:
-        _check_vocab(module, vocab_size, grouped)
+    elif ctx.limits.base is not None:
+        _check_base(module, ctx.limits.base, grouped, ctx.limits.engine_rules)
+    elif ctx.vocab_size is not None:
+        _check_vocab(module, ctx.vocab_size, grouped)
+
+
+@adapter_check("LG109", position=130)
+def base_model_mismatch(ctx: AdapterContext) -> list[Violation]:
+    """The module pass's findings, then the saved embeddings': one violation per kind, the
+    dims of an adapter trained on another base model said once (``dims``)."""
+    spec, limits = ctx.spec, ctx.limits
+    grouped = Grouped()
+    for group, (name, count, details) in ctx.modules.grouped.items.items():
+        if group[0] == "LG109":
+            grouped.items[group] = [name, count, details]
+    if limits.base is not None and spec.extra_keys:
+        _saved_embeddings(spec, limits.base, grouped)
+    if not grouped.items:
+        return []
+    found: list[Violation] = []
+    dims = [(name, count, details) for (_, variant, *_), (name, count, details)
+            in grouped.items.items() if variant == "dim"]
+    for (_, variant, *_), (name, count, details) in grouped.items.items():
+        hint = base_model_hint(spec, variant)
+        if variant == "dim" and len(dims) > 1:
+            if name == dims[0][0]:
+                found.append(dims_violation(ctx.subject, dims, hint))
+            continue
+        found.append(make_violation("LG109", variant, ctx.subject, **{
+            **details, "key": more(name, count)}, hint=hint))
+    return found

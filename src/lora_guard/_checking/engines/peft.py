@@ -1,0 +1,32 @@
+"""PEFT (``PeftModel.from_pretrained``): what it loads back, as the reference engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lora_guard._checking.engines.spec import Engine, EngineProfile, Rule
+from lora_guard._reading.adapters import FEATURES
+
+__all__ = ["ENGINE"]
+
+_PEFT_RULES = (
+    Rule("LG105", "every LoRA feature PEFT saves it loads back (DoRA, biases, modules_to_save, "
+         "trainable tokens, aLoRA, layer replication; added tokens with the embeddings saved "
+         "by save_embedding_layers, once the base is resized to the adapter's tokenizer)",
+         "peft/tuners/lora/model.py:LoraModel"),
+    Rule("LG106", "no dtype rule: loading copies into the model's own parameters",
+         "peft/utils/save_and_load.py:set_peft_model_state_dict", uses=("cast",)),
+    Rule("LG116", "a PiSSA or OLoRA adapter loads back as trained: PeftModel.from_pretrained "
+         "redoes the (deterministic) init on the base; pissa_niter_N (randomised SVD), CorDA and "
+         "LoftQ do not come out the same and stay refused",
+         "peft/tuners/lora/layer.py:LoraLayer.update_layer", uses=("init-rerun",)),
+)
+
+
+def _peft_build(options: Mapping[str, Any], release: EngineProfile) -> dict[str, Any]:
+    return {"allow": tuple(FEATURES), "engine_rules": release.uses()}
+
+
+ENGINE = Engine("peft", ("0.21",), (), _PEFT_RULES, _peft_build)
+"""PEFT: its rules (no serve flags)."""

@@ -1,0 +1,139 @@
+"""sglang 0.5.16 to 0.5.23: its LoRA flags (``sglang/srt/server_args.py``, from 0.5.20
+``sglang/srt/arg_groups/fields/lora.py``) and its own rules, each with the releases it holds for
+and its source."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lora_guard._checking.engines.spec import (
+    Engine,
+    EngineOptionError,
+    EngineProfile,
+    Flag,
+    Rule,
+    ServeSpec,
+)
+
+__all__ = ["ENGINE"]
+
+_SGLANG_TARGETS = (
+    "q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "kv_a_proj_with_mqa", "q_b_proj",
+    "kv_b_proj", "wq_b", "wk", "weights_proj", "gate_proj", "up_proj", "down_proj", "qkv_proj",
+    "gate_up_proj", "embed_tokens", "lm_head", "qkvr", "wo_ud", "all",
+)  # sglang/srt/utils/common.py:SUPPORTED_LORA_TARGET_MODULES + LORA_TARGET_ALL_MODULES
+_SGLANG_FIELDS = "sglang/srt/arg_groups/fields/lora.py:Lora"
+
+_SGLANG_FLAGS = (
+    Flag("--enable-lora", "enable_lora", "bool", None,
+         "LoRA on (set by --lora-paths too)"),
+    Flag("--max-lora-rank", "max_lora_rank", "int", None,
+         "pool rank; default: the largest r of --lora-paths (LG101)"),
+    Flag("--lora-target-modules", "lora_target_modules", "list", None,
+         "modules of the pool (q/k/v stack into qkv_proj, gate/up into gate_up_proj; 'all' "
+         "every supported one); default: the union of the adapters' (LG104)", _SGLANG_TARGETS),
+    Flag("--max-loras-per-batch", "max_loras_per_batch", "int", 8,
+         "GPU slots of one batch; adapters beyond it wait (no limit on the set)"),
+    Flag("--max-loaded-loras", "max_loaded_loras", "int", None,
+         "adapters loaded at once; more is refused (LG110); must be >= --max-loras-per-batch"),
+    Flag("--lora-strict-loading", "lora_strict_loading", "bool", False,
+         "sglang refuses mismatched or missing keys itself; lora_guard refuses them either "
+         "way (LG103, LG104)"),
+    Flag("--experts-shared-outer-loras", "experts_shared_outer_loras", "bool", None,
+         "MoE shared-outer layout forced on/off (default: detected from the weights); parsed, "
+         "not modelled by the check yet"),
+    Flag("--lora-paths", "lora_paths", "adapters", None,
+         "adapters loaded at start-up: PATH, NAME=PATH or JSON {\"lora_name\", \"lora_path\"} "
+         "(checked)"),
+)
+
+
+def _sglang_validate(options: Mapping[str, Any]) -> None:
+    loaded, per_batch = options.get("max_loaded_loras"), options["max_loras_per_batch"]
+    # sglang/srt/arg_groups/lora_hook.py:check_lora_server_args (server_args.py before 0.5.19)
+    if loaded is not None and loaded < per_batch:
+        raise EngineOptionError(
+            f"--max-loaded-loras ({loaded}) must be >= --max-loras-per-batch ({per_batch}): "
+            "sglang refuses to start")
+    targets = options.get("lora_target_modules") or []
+    if "all" in targets and len(targets) > 1:
+        raise EngineOptionError(
+            "--lora-target-modules: 'all' must be the only module given: sglang refuses to start")
+
+
+def _sglang_build(options: Mapping[str, Any], release: EngineProfile) -> dict[str, Any]:
+    targets = options.get("lora_target_modules")
+    rules = list(release.uses())
+    if options.get("max_lora_rank") is None:
+        rules.append("rank-from-set")
+    return {
+        "max_rank": options.get("max_lora_rank"),
+        "target_modules": None if not targets or "all" in targets else targets,
+        "max_loaded": options.get("max_loaded_loras"),
+        "engine_rules": rules,
+    }
+
+
+_SGLANG_RULES = (
+    Rule("LG101", "r at most --max-lora-rank (default: the largest r of --lora-paths); sglang "
+         "checks r only: a larger rank_pattern value loads and overflows the pool's rank",
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.can_support", engine_refuses=False),
+    Rule("LG105", "refuses DoRA, and an added_tokens.json with a token id at or past the "
+         "base's vocab_size (ids below it, copied from the base tokenizer, are dropped first)",
+         "sglang/srt/lora/lora_config.py:LoRAConfig.__init__; "
+         "sglang/srt/lora/lora_manager.py:LoRAManager.validate_new_adapter"),
+    Rule("LG105", "ignores bias, lora_bias, modules_to_save (lm_head too), aLoRA, "
+         "layer_replication and QALoRA: such adapters load and serve wrongly; bias only where "
+         "bias tensors are saved (bias=\"all\" on a base without biases saves none and serves "
+         "as trained, measured by the engine tier's equivalence tests)",
+         "sglang/srt/lora/lora.py:LoRAAdapter.initialize_weights", engine_refuses=False,
+         uses=("bias-by-tensors",)),
+    Rule("LG116", "PiSSA, OLoRA, CorDA and LoftQ initialisations are not read: such an "
+         "adapter (not converted to plain LoRA) serves on the original base weights it no "
+         "longer matches", "sglang/srt/lora/lora_config.py:LoRAConfig.__init__",
+         engine_refuses=False),
+    Rule("LG104", "the adapter's target modules, normalised (q/k/v -> qkv_proj, gate/up -> "
+         "gate_up_proj), must be a subset of --lora-target-modules",
+         "sglang/srt/lora/utils.py:get_normalized_target_modules; "
+         "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes",
+         uses=("packed-slices", "target-modules-list")),
+    Rule("LG202", "target_modules as a string other than 'all' / 'all-linear' (a PEFT regex) "
+         "fails the load", "sglang/srt/lora/utils.py:get_normalized_target_modules"),
+    Rule("LG111", "the parts of one packed module (q/k/v, gate/up) must have one rank: a "
+         "rank_pattern that gives them different ranks is refused when the weights are stacked",
+         "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj",
+         uses=("packed-ranks-uniform",)),
+    Rule("LG112", "one scaling for the whole adapter, lora_alpha / r: use_rslora, alpha_pattern "
+         "and a rank_pattern rank other than r load and serve at the wrong strength",
+         "sglang/srt/lora/lora.py:LoRAAdapter.__init__", engine_refuses=False,
+         uses=("one-scaling",)),
+    Rule("LG106", "no dtype rule: weights are copied into the pool's buffers, in the model's "
+         "dtype", "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
+         uses=("cast",)),
+    Rule("LG110", "more adapters than --max-loaded-loras are refused; --max-loras-per-batch is "
+         "per batch, not a limit on the set",
+         "sglang/srt/arg_groups/lora_hook.py:check_lora_server_args; "
+         "sglang/srt/managers/tokenizer_manager.py", since="0.5.19"),
+    Rule("LG110", "more adapters than --max-loaded-loras are refused; --max-loras-per-batch is "
+         "per batch, not a limit on the set",
+         "sglang/srt/server_args.py:ServerArgs.check_lora_server_args; "
+         "sglang/srt/managers/tokenizer_manager.py", until="0.5.19"),
+    Rule("LG104", "indexed shared-expert weights (shared_experts.<i>) are written over the "
+         "routed experts' buffers without a word", "sglang/srt/lora/mem_pool.py:"
+         "LoRAMemoryPool.load_lora_weight_to_buffer", until="0.5.23", engine_refuses=False,
+         checked=False),
+    Rule("LG104", "indexed shared-expert weights (shared_experts.<i>) are refused",
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
+         since="0.5.23", checked=False),
+)
+
+
+ENGINE = Engine(
+    "sglang", ("0.5.23", "0.5.22", "0.5.21", "0.5.20", "0.5.19", "0.5.18", "0.5.17", "0.5.16"),
+    _SGLANG_FLAGS, _SGLANG_RULES, _sglang_build, _sglang_validate,
+    serve=ServeSpec(programs=(("sglang", "serve"),),
+                    modules=("sglang.launch_server", "sglang.srt.entrypoints.http_server"),
+                    model_flags=("--model-path", "--model"), adapters="lora_paths",
+                    needs_without_adapters=("max_lora_rank", "lora_target_modules")))
+"""sglang: every flag and rule with the releases it holds for."""

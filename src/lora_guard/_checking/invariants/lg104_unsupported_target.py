@@ -1,0 +1,84 @@
+"""LG104's check, the one place LG104 is decided: weight keys outside PEFT's grammar, modules
+the server does not serve (``limits.target_modules``), and full embedding weights saved under
+a name the engine does not read (``plain-embeddings-refused``)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+
+from lora_guard._checking.registry import adapter_check, module_rule
+from lora_guard._checking.rules.context import AdapterContext, grouped_violations
+from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, Grouped
+from lora_guard._core.errors import Violation, make_violation
+from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
+
+__all__ = ["is_served", "names_not_served", "unsupported_target"]
+
+
+def is_served(module: LoRAModuleSpec, served: Collection[str], slices: bool = False) -> bool:
+    """Whether a server that serves the modules ``served`` applies ``module``'s LoRA
+    (``slices``: the engine wraps a whole packed module when any part is targeted)."""
+    if module.target in served or any(
+        module.module == s or module.module.endswith("." + s) for s in served
+    ):
+        return True
+    # A packed target whose parts are all served, and a part whose packed module is served
+    # (an engine that packs q/k/v applies LoRA to qkv_proj whichever names the adapter uses).
+    if module.target in PACKED and PACKED[module.target].issubset(served):
+        return True
+    if PART_OF.get(module.target) in served:
+        return True
+    if slices:  # the engine wraps the whole packed module when any part is targeted
+        packed = module.target if module.target in PACKED else PART_OF.get(module.target)
+        if packed is not None and not PACKED[packed].isdisjoint(served):
+            return True
+    return module.kind in ("moe-flat", "moe-packed") and "experts" in served
+
+
+@module_rule("LG104")
+def served_module(ctx: AdapterContext, module: LoRAModuleSpec, grouped: Grouped,
+                  found: list[Violation]) -> None:
+    served = ctx.limits.target_modules
+    if served is not None and not is_served(
+            module, served, "packed-slices" in ctx.limits.engine_rules):
+        grouped.add(("LG104", "module", module.target), module.module,
+                    {"target": module.target, "served": ", ".join(sorted(served))})
+
+
+@adapter_check("LG104", position=50)
+def unsupported_target(ctx: AdapterContext) -> Iterator[Violation]:
+    spec, subject = ctx.spec, ctx.subject
+    for key in spec.unknown_keys[:MAX_PER_KIND]:  # keys outside the grammar
+        yield make_violation("LG104", "grammar", subject, key=key)
+    if len(spec.unknown_keys) > MAX_PER_KIND:
+        rest = len(spec.unknown_keys) - MAX_PER_KIND
+        yield make_violation("LG104", "grammar", subject, key=f"... and {rest} more keys")
+    if "plain-embeddings-refused" in ctx.limits.engine_rules:
+        yield from _plain_embeddings(ctx)
+    yield from grouped_violations(ctx, "LG104", "module")  # modules the server does not serve
+
+
+def _plain_embeddings(ctx: AdapterContext) -> list[Violation]:
+    """Full embedding weights saved as ``<module>.weight`` (``save_embedding_layers`` of an
+    embedding that is no LoRA target), which an engine that reads saved embeddings only as
+    ``<module>.base_layer.weight`` refuses (vLLM)."""
+    engine = ctx.limits.engine or "the server"
+    return [make_violation(
+        "LG104", "saved-embedding", ctx.subject, key=key, engine=engine,
+        module=key.removesuffix(".weight").rsplit(".", 1)[-1])
+        for key, what in ctx.spec.extra_keys.items()
+        if what == "embedding-base" and not key.endswith(".base_layer.weight")][:MAX_PER_KIND]
+
+
+def names_not_served(spec: AdapterSpec, served: frozenset[str], subject: str) -> list[Violation]:
+    """For an engine that matches each module's name exactly against the modules it serves
+    (vLLM's load: a packed name such as ``qkv_proj`` is refused where its parts are served,
+    which `is_served` accepts for engines that split it): the first target it does not
+    serve (MoE experts aside), or nothing."""
+    fused = sorted({m.target for m in spec.modules.values() if m.target not in served
+                    and m.kind not in ("moe-flat", "moe-packed")})
+    if not fused:
+        return []
+    first = next(m for m in spec.modules.values() if m.target == fused[0])
+    return [make_violation("LG104", "module", subject, module=first.module, target=fused[0],
+                           served=", ".join(sorted(served)))]

@@ -1,0 +1,42 @@
+"""LG111's check: the parts of one packed module (q/k/v, gate/up) at different ranks, where the
+engine packs them into one LoRA of one rank (``packed-ranks-uniform``)."""
+
+from __future__ import annotations
+
+from lora_guard._checking.registry import adapter_check
+from lora_guard._checking.rules.context import AdapterContext
+from lora_guard._checking.rules.shared import MAX_PER_KIND, PART_OF
+from lora_guard._core.errors import Violation, make_violation
+from lora_guard._reading.adapters import LoRAModuleSpec
+
+
+def _packed_parent(module: LoRAModuleSpec) -> tuple[str, str] | None:
+    packed = PART_OF.get(module.target)
+    if packed is None or not module.module.endswith(module.target):
+        return None
+    return module.module[: -len(module.target)].rstrip("."), packed
+
+
+@adapter_check("LG111", position=100)
+def packed_rank_mismatch(ctx: AdapterContext) -> list[Violation]:
+    """Modules without a rank are not compared; a recipe found uniform once (its
+    `RecipeOutcome`) is not grouped again."""
+    if "packed-ranks-uniform" not in ctx.limits.engine_rules:
+        return []
+    modules, shared = ctx.spec.modules, ctx.shared
+    if shared is not None and shared.packed_uniform:
+        return []
+    groups: dict[tuple[str, str], dict[str, int]] = {}
+    for m in modules.values():
+        parent = _packed_parent(m) if m.rank else None
+        if parent is not None:
+            groups.setdefault(parent, {})[m.target] = int(m.rank or 0)
+    bad = [(k, v) for k, v in groups.items() if len(set(v.values())) > 1]
+    if shared is not None and not bad:
+        shared.packed_uniform = True
+    engine = ctx.limits.engine or "the server"
+    return [make_violation(
+        "LG111", "packed", ctx.subject, packed=packed, layer=layer or "the model",
+        parts=", ".join(sorted(parts)),
+        ranks=", ".join(f"{k}={v}" for k, v in sorted(parts.items())), engine=engine)
+        for (layer, packed), parts in bad[:MAX_PER_KIND]]

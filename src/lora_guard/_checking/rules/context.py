@@ -1,0 +1,181 @@
+"""`AdapterContext`: what every check of one adapter reads (the adapter, the limits) and the
+facts several checks share, each computed once per adapter (or once per recipe, with the
+recipe's `RecipeOutcome`): the zero-size tensors, and the one pass over the adapter's LoRA
+modules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+from lora_guard._checking.limits import ServingLimits
+from lora_guard._checking.registry import ModuleRule, module_rules
+from lora_guard._checking.rules.recipe_outcome import ModuleOutcome, RecipeOutcome
+from lora_guard._checking.rules.shared import Expected, Grouped, more
+from lora_guard._core.errors import Violation, make_violation
+from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
+
+__all__ = ["AdapterContext", "ModulePass", "grouped_violations"]
+
+
+class ModulePass(NamedTuple):
+    """What the module rules found in one pass over an adapter's modules."""
+
+    grouped: Grouped
+    """Findings by kind (first module, count, details); each code reads its own."""
+    found: list[Violation]
+    """Findings that name the adapter (LG102 between A and B), in module order."""
+    ranks: dict[int, str]
+    """Each rank of a module with both halves non-empty -> the first module with it."""
+
+
+_NO_KEYS: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
+
+
+class AdapterContext:
+    """One adapter as its checks see it.
+
+    ``subject`` names it in messages; ``vocab_size`` and ``module_dims`` are what a guard
+    knows of the live base model (`spec_violations`); ``shared`` is what the checks of the
+    adapter's recipe found before it about what its adapters share (`check_adapters`)."""
+
+    __slots__ = ("_empty", "_modules", "limits", "module_dims", "shared", "spec", "subject",
+                 "vocab_size")
+
+    def __init__(self, subject: str, spec: AdapterSpec, limits: ServingLimits, *,
+                 vocab_size: int | None = None,
+                 module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
+                 shared: RecipeOutcome | None = None) -> None:
+        self.subject = subject
+        self.spec = spec
+        self.limits = limits
+        self.vocab_size = vocab_size
+        self.module_dims = module_dims
+        self.shared = shared
+        self._empty: tuple[tuple[str, ...], frozenset[str]] | None = None
+        self._modules: ModulePass | None = None
+
+    @property
+    def vocab(self) -> int | None:
+        """The base model's vocab: from its config when the limits have one, else the
+        guard's ``vocab_size``."""
+        return self.limits.base.vocab_size if self.limits.base is not None else self.vocab_size
+
+    @property
+    def empty(self) -> tuple[tuple[str, ...], frozenset[str]]:
+        """The keys of the zero-size tensors, in the header's order and as a set."""
+        if self._empty is None:
+            self._empty = _empty_tensors(self.spec.tensors, self.shared)
+        return self._empty
+
+    @property
+    def modules(self) -> ModulePass:
+        """The one pass over the adapter's modules, running every module rule."""
+        if self._modules is None:
+            self._modules = self._module_pass()
+        return self._modules
+
+    def _module_pass(self) -> ModulePass:
+        """Once per recipe in a set check: the modules' outcome is the same for every
+        adapter of a recipe. Computed each time: a ``rank_pattern`` or ``use_bdlora``
+        (they change what each module is compared with), an outcome that names the adapter
+        (LG102 between A and B), and for a guard that knows the live model's dims."""
+        shared, config = self.shared, self.spec.config
+        if shared is None or self.vocab_size is not None or self.module_dims is not None or (
+                config.get("use_bdlora") is not None or config.get("rank_pattern")):
+            return self._run_rules()
+        hit = shared.modules
+        if hit is not None:
+            grouped = Grouped()
+            for group, name, count, details in hit.grouped:
+                grouped.items[group] = [name, count, details]
+            return ModulePass(grouped, [], dict(hit.ranks))
+        outcome = self._run_rules()
+        if not outcome.found:
+            shared.modules = ModuleOutcome(
+                tuple((group, name, count, details) for group, (
+                    name, count, details) in outcome.grouped.items.items()),
+                tuple(outcome.ranks.items()))
+        return outcome
+
+    def _run_rules(self) -> ModulePass:
+        grouped, found, ranks = Grouped(), list[Violation](), dict[int, str]()
+        every, full = _rules()
+        bd = self.spec.config.get("use_bdlora")
+        empty = self.empty[1]
+        for module in self.spec.modules.values():
+            if bd is not None:
+                module = _block_diagonal(bd, module)
+            for rule in every:
+                rule(self, module, grouped, found)
+            if empty and (module.a_key in empty or module.b_key in empty):
+                continue
+            for rule in full:
+                rule(self, module, grouped, found)
+            if module.rank:
+                ranks.setdefault(module.rank, module.module)
+        return ModulePass(grouped, found, ranks)
+
+
+_RULES: list[tuple[tuple[ModuleRule, ...], tuple[ModuleRule, ...]]] = []
+
+
+def _rules() -> tuple[tuple[ModuleRule, ...], tuple[ModuleRule, ...]]:
+    """The module rules that see every module, and those that skip a zero-size half (read
+    once: they are registered when the checks' modules are imported)."""
+    if not _RULES:
+        rules = module_rules()
+        _RULES.append((tuple(r for _, r, empty in rules if empty),
+                       tuple(r for _, r, empty in rules if not empty)))
+    return _RULES[0]
+
+
+def grouped_violations(ctx: AdapterContext, code: str, target: str,
+                       grouped: Grouped | None = None) -> list[Violation]:
+    """One violation of ``code`` per kind of finding of the module pass (or of ``grouped``):
+    the first ``target`` (module or key) it was found in, and how many."""
+    items = (grouped or ctx.modules.grouped).items
+    return [make_violation(code, variant, ctx.subject, **{**details, target: more(name, count)})
+            for (group_code, variant, *_), (name, count, details) in items.items()
+            if group_code == code]
+
+
+def _empty_tensors(tensors: Mapping[str, Any],
+                   shared: RecipeOutcome | None) -> tuple[tuple[str, ...], frozenset[str]]:
+    if shared is not None and shared.empty is not None:
+        return shared.empty
+    ordered = tuple([key for key, info in tensors.items() if 0 in info.shape])
+    empty = (ordered, frozenset(ordered)) if ordered else _NO_KEYS
+    if shared is not None:
+        shared.empty = empty
+    return empty
+
+
+def _block_diagonal(bd: object, module: LoRAModuleSpec) -> LoRAModuleSpec:
+    """The dense factors a BD-LoRA module (PEFT's ``use_bdlora``, given as ``bd``) stands for.
+
+    A block-diagonal factor is saved as its ``nblocks`` blocks side by side: A ``(r, in / n)``
+    for the modules of ``target_modules_bd_a``, B ``(out, r / n)`` for ``target_modules_bd_b``
+    (matched as PEFT matches them: the pattern is a substring of the module name). The checks
+    compare the dense shapes with the config and the base model.
+    """
+    if not isinstance(bd, dict):
+        return module
+    n = bd.get("nblocks", 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 1:
+        return module
+
+    def listed(key: str) -> bool:
+        patterns = bd.get(key) or []
+        return isinstance(patterns, list) and any(
+            isinstance(p, str) and p in module.module for p in patterns)
+
+    a, b = module.a_shape, module.b_shape
+    if a is not None and len(a) == 2 and listed("target_modules_bd_a"):
+        a = (a[0], a[1] * n)
+    if b is not None and len(b) == 2 and listed("target_modules_bd_b"):
+        b = (b[0], b[1] * n)
+    if (a, b) == (module.a_shape, module.b_shape):
+        return module
+    return replace(module, a_shape=a, b_shape=b)

@@ -1,0 +1,51 @@
+"""LG104 unsupported-target: its catalogue entry (message templates, fixes, docs)."""
+
+from lora_guard._core.catalogue._invariant import entry
+
+ENTRY = entry(
+    code="LG104",
+    slug="unsupported-target",
+    title="A weight whose module is not served, or not LoRA key grammar",
+    summary=(
+        "Servers apply an adapter by module name. A weight for a module the server does not "
+        "serve is dropped without a word (the adapter then silently serves the base model), "
+        "and a key outside PEFT's grammar is not understood at all."
+    ),
+    triggers=(
+        "A weight module not in `ServingLimits.target_modules`.",
+        "A key that is not `<module>.lora_A.weight`, `lora_B.weight`, `lora_embedding_A/B`, "
+        "DoRA's magnitude vector or a `modules_to_save` weight.",
+    ),
+    situations=(
+        "Module prefixes from another architecture (`model.layers` vs `transformer.h`).",
+        "An adapter targeting `lm_head` or an MoE router the server does not serve.",
+    ),
+    fixes=(
+        "Serve the module (add it to the server's LoRA target modules) or retrain the adapter "
+        "on modules the server serves.",
+        "Rename the keys to the base model's module names if the adapter was converted.",
+        "Save the adapter without the full embedding weights "
+        "(save_pretrained(path, save_embedding_layers=False)) when the vocabulary was not "
+        "resized; if it was, merge the adapter into the resized base model and serve that.",
+    ),
+    example=(
+        "# before: adapter targets o_proj, server serves q_proj,v_proj\n"
+        "lora-guard check a --target-modules q_proj,v_proj   # LG104\n"
+        "# after\n"
+        "lora-guard check a --target-modules q_proj,v_proj,o_proj\n"
+    ),
+    error="AdapterError",
+    messages={
+        "module": "{subject}: module {module} ({target}) is not served; served: {served}.",
+        "grammar": "{subject}: tensor key {key!r} is not LoRA key grammar.",
+        "saved-embedding": (
+            "{subject}: tensor key {key!r} is a full {module} weight saved with "
+            "save_embedding_layers; {engine} reads saved embeddings only as "
+            "'<module>.base_layer.weight' and refuses this key as an unsupported LoRA "
+            "weight."
+        ),
+    },
+    raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
+               "integrations.sglang"),
+    variant_fixes={"grammar": 1, "saved-embedding": 2},
+)

@@ -1,5 +1,0 @@
-"""The one name sglang imports from here."""
-
-from .functional import InterpolationMode
-
-__all__ = ["InterpolationMode"]
