@@ -15,9 +15,11 @@ each switch is followed by warm-up calls, and the garbage collector is paused wh
 timed. A row prints the time of the plain arm, the instrumented arm, and two ratios:
 ``ratio`` = instrumented / plain and ``floor`` = plain again / plain, the noise of the method
 itself on this row (a ratio inside the floor's distance from 1.00 is nothing measurable).
-Ratios are taken per round and the median is printed (``min`` beside it: the ratio of the
-arms' best rounds). Rows whose engine path is short are timed in loops; loads are timed call
-by call, with the undo (unload, remove) outside the timing. ``--quick`` is a smoke run.
+Each arm's best round and median round are printed; the ratio (and the floor) of the best
+rounds is the verdict's, the ratio of the median rounds is beside it in brackets; the load
+average is printed after each group (the machine may be shared). Rows whose engine path is
+short are timed in loops; loads are timed call by call, with the undo (unload, remove)
+outside the timing. ``--quick`` is a smoke run.
 
 The ``guards`` row compares `lora_guard.shapes` with the same checks written by hand (the
 arms are the two callables). ``GuardedCache.get`` against ``dict.get`` is
@@ -118,20 +120,28 @@ def _fmt(seconds: float) -> str:
 
 def report_rows(group: str, rows: list[Row], labels: tuple[str, str] = ("plain",
                                                                        "instrumented")) -> None:
-    print(f"\n## {group}  ({labels[0]} -> {labels[1]}; median of per-round ratios, [min])")
-    print(f"{'path':<58} {labels[0]:>11} {labels[1]:>13} {'ratio':>13} {'floor':>13} "
+    print(f"\n## {group}  ({labels[0]} -> {labels[1]}: each arm's best round [its median "
+          f"round]; ratio and A/A floor of the best rounds [of the medians])")
+    print(f"{'path':<58} {labels[0]:>21} {labels[1]:>21} {'ratio':>12} {'A/A floor':>12} "
           f"{'target':>7}")
     for row in rows:
         plain, guarded, again = (row.times[a] for a in ARMS)
-        ratios = [g / p for g, p in zip(guarded, plain, strict=True)]
-        floors = [a / p for a, p in zip(again, plain, strict=True)]
-        ratio, floor = statistics.median(ratios), statistics.median(floors)
-        best = min(guarded) / min(plain)
-        best_floor = min(again) / min(plain)
-        verdict = "met" if ratio <= row.target else "NOT met"
-        print(f"{row.name:<58} {_fmt(min(plain)):>11} {_fmt(min(guarded)):>13} "
-              f"{ratio:>6.2f} [{best:4.2f}] {floor:>6.2f} [{best_floor:4.2f}] "
+        med = {a: statistics.median(row.times[a]) for a in ARMS}
+        best, best_floor = min(guarded) / min(plain), min(again) / min(plain)
+        ratio, floor = med["guarded"] / med["plain"], med["plain again"] / med["plain"]
+        verdict = "met" if best <= row.target else "NOT met"
+        print(f"{row.name:<58} {_fmt(min(plain)):>10} [{_fmt(med['plain']):>9}] "
+              f"{_fmt(min(guarded)):>10} [{_fmt(med['guarded']):>9}] "
+              f"{best:5.2f} [{ratio:4.2f}] {best_floor:5.2f} [{floor:4.2f}] "
               f"<={row.target:.2f} {verdict}", flush=True)
+    print(f"load average after the group: {_load()}", flush=True)
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 # --- the engines ---------------------------------------------------------------------------
@@ -401,8 +411,9 @@ def guard_rows() -> list[Row]:
 
 
 CHECKER_WORK: list[tuple[str, Path, Any]] = []
-"""(engine, an r8 adapter, the server's limits): what a guarded load does besides the
-engine's own work, the checker's read of the adapter's config and header and its checks."""
+"""(engine, an r8 adapter, the server's limits): the checker's work on one adapter, read from
+its folder and checked, as a load guard that reads the folder does it (sglang's, PEFT's; a
+vLLM load checks what vLLM read instead of reading the folder)."""
 
 
 def report_checker_work() -> None:
@@ -419,8 +430,8 @@ def report_checker_work() -> None:
         check = min(timeit.repeat(
             lambda s=spec, lim=limits: spec_violations(s, lim, subject="adapter"),
             number=200, repeat=7)) / 200
-        print(f"{engine} load, lora_guard's own part (an r8 adapter, best of 7): read config "
-              f"+ header {_fmt(read)}, the checker's checks {_fmt(check)}", flush=True)
+        print(f"{engine}: the checker's read of an r8 adapter's config + header {_fmt(read)}, "
+              f"its checks {_fmt(check)} (best of 7, alone, outside a load)", flush=True)
 
 
 # --- driver ------------------------------------------------------------------------------------
@@ -455,7 +466,8 @@ def main() -> int:
     if args.only:
         run_group(args.only, rounds, scale)
         return 0
-    print(f"# bench_engine_paths: {rounds} rounds per arm; python {sys.version.split()[0]}")
+    print(f"# bench_engine_paths: {rounds} rounds per arm; python {sys.version.split()[0]}; "
+          f"load average {_load()}")
     failed = 0
     for group in GROUPS:  # each group in a process of its own (the engines' global state)
         command = [sys.executable, __file__, "--only", group, "--rounds", str(rounds)]

@@ -77,7 +77,8 @@ def _all_patched(owner: Any, names: tuple[str, ...], calls: dict[str, int]) -> I
 
 def module_comparisons(root: pathlib.Path) -> int:
     import lora_guard as lg
-    from lora_guard._checking.rules import adapter as rules
+    from lora_guard._checking import registry
+    from lora_guard._checking.rules import context
     from lora_guard.testing import write_adapter
 
     recipes: dict[str, dict[str, Any]] = {
@@ -86,8 +87,14 @@ def module_comparisons(root: pathlib.Path) -> int:
         for recipe, options in recipes.items():
             write_adapter(root / "fleet" / f"{recipe}-{i:02d}", **options)
     calls: dict[str, int] = {}
-    with _patched(rules, "_check_ranks", _counting(calls, "compared")):
+    real, sees_empty = registry._MODULE_RULES["LG102"]  # LG102's look at one module
+    registry._MODULE_RULES["LG102"] = (_counting(calls, "compared")(real), sees_empty)
+    context._RULES.clear()  # the module pass reads the rules again
+    try:
         report = lg.check_adapters(root / "fleet", lg.ServingLimits(max_rank=16))
+    finally:
+        registry._MODULE_RULES["LG102"] = (real, sees_empty)
+        context._RULES.clear()
     for adapter_id in report.ids:  # and every adapter still has its own verdict
         codes = [v.code for v in report.by_adapter.get(adapter_id, ())]
         recipe = pathlib.Path(adapter_id).name.rsplit("-", 1)[0]

@@ -1,17 +1,20 @@
-"""vLLM's per-step activation: plain, a guard that checks nothing, and lora_guard's guard.
+"""vLLM's per-step activation: plain, plain again (A/A), one Python call, lora_guard's guard.
 
-    PYTHONPATH=src $LORA_GUARD_ENGINES_VENV/bin/python bench/bench_vllm_dispatch.py
+    PYTHONPATH=src $LORA_GUARD_ENGINES_VENV/bin/python bench/bench_vllm_dispatch.py [rounds]
 
 The first row of ``bench_engine_paths.py`` (``set_active_adapters`` of 4 resident adapters,
-an unchanged batch) with a third arm: ``LoRAModelManager.activate_adapter`` replaced by the
-integrations' own dispatch around a pass-through wrapper, the floor of any guard on a method
-vLLM calls once per adapter per step. 45 rounds of 300 steps, the arms' order rotating; the
-best round, the 10th percentile and the median of each arm.
+an unchanged batch) with two more arms: plain again (the noise floor of the method), and
+``LoRAModelManager.activate_adapter`` replaced by a bare Python function that calls the
+original (``def f(self, lora_id): return original(self, lora_id)``): the floor of any guard
+written in Python on a method vLLM calls once per adapter per step. 45 rounds of 300 steps
+(or ``rounds``), the arms' order rotating; the best round, the 10th percentile and the
+median of each arm, each as a ratio to plain's.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import sys
 import tempfile
@@ -25,35 +28,28 @@ import bench_engine_paths as paths
 
 
 def main() -> int:
-    from vllm.lora import model_manager
-
-    from lora_guard.integrations import _base
-
     with tempfile.TemporaryDirectory() as folder:
-        rows, switch = paths.vllm_rows(Path(folder))
+        rows, switch = paths.vllm_rows(Path(folder))  # sets vLLM's CPU platform up first
+        from vllm.lora import model_manager
+
         step = rows[0].call("plain")
         owner = model_manager.LoRAModelManager
         original = owner.__dict__["activate_adapter"]
 
-        class Active:
-            _active = True
-
-        def passthrough(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            return wrapped(*args, **kwargs)
-
-        bare = _base._guarded(Active(), original, passthrough, method=True)  # type: ignore[arg-type]
+        def one_call(self: Any, lora_id: Any, /, *args: Any, **kwargs: Any) -> Any:
+            return original(self, lora_id, *args, **kwargs)
 
         def arm(name: str) -> None:
             switch("guarded" if name == "lora_guard" else "plain")
-            if name == "pass-through":
-                owner.activate_adapter = bare
-            elif name == "plain":
-                owner.activate_adapter = original
+            if name == "one call":
+                owner.activate_adapter = one_call
 
-        times: dict[str, list[float]] = {"plain": [], "pass-through": [], "lora_guard": []}
+        times: dict[str, list[float]] = {
+            "plain": [], "plain again": [], "one call": [], "lora_guard": []}
         names = list(times)
-        for r in range(45):
-            for name in names[r % 3:] + names[:r % 3]:
+        rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 45
+        for r in range(rounds):
+            for name in names[r % 4:] + names[:r % 4]:
                 arm(name)
                 for _ in range(50):
                     step()
@@ -64,12 +60,14 @@ def main() -> int:
                 times[name].append((time.perf_counter() - start) / 300)
                 gc.enable()
         arm("plain")
-    best = min(times["plain"])
+    base = sorted(times["plain"])
     for name, found in times.items():
         found.sort()
-        print(f"{name:<13} best {found[0] * 1e6:6.2f} us ({found[0] / best:.2f}x)   p10 "
-              f"{found[len(found) // 10] * 1e6:6.2f} us   median "
-              f"{statistics.median(found) * 1e6:6.2f} us", flush=True)
+        p10, median = found[len(found) // 10], statistics.median(found)
+        print(f"{name:<12} best {found[0] * 1e6:6.2f} us ({found[0] / base[0]:.3f}x)   p10 "
+              f"{p10 * 1e6:6.2f} us ({p10 / base[len(base) // 10]:.3f}x)   median "
+              f"{median * 1e6:6.2f} us ({median / statistics.median(base):.3f}x)", flush=True)
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

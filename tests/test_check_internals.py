@@ -13,14 +13,21 @@ import textwrap
 import pytest
 
 import lora_guard as lg
-from lora_guard._checking import discovery
+from lora_guard._checking import discovery, run_checks
+from lora_guard._checking.invariants import lg101_rank_exceeds_limit, lg115_no_weights
 from lora_guard._checking.report import _indented
-from lora_guard._checking.rules import adapter as rules
+from lora_guard._checking.rules.context import AdapterContext
 from lora_guard._testing.adapter_writer import write_adapter
 
 
 def _broken_check(*args: object, **kwargs: object) -> None:
     raise KeyError("dims")  # what a bug in a check looks like
+
+
+def _replace_check(monkeypatch: pytest.MonkeyPatch, real: object, check: object) -> None:
+    """Run ``check`` where the checker runs the built-in check ``real``."""
+    monkeypatch.setattr(run_checks, "_CHECKS",
+                        tuple(check if c is real else c for c in run_checks._CHECKS))
 
 
 @pytest.mark.lora_guard(expect=["LG900"], reason="a check made to fail on purpose")
@@ -30,16 +37,16 @@ def test_a_bug_in_a_check_is_lg900_and_the_other_adapters_are_still_checked(
     write_adapter(tmp_path / "set" / "a", rank=8)
     write_adapter(tmp_path / "set" / "b", rank=64)
     monkeypatch.delenv("LORA_GUARD_DEBUG", raising=False)
-    real = rules._rank_checks
+    real = lg101_rank_exceeds_limit.rank_exceeds_limit
     calls = []
 
-    def fails_on_a(subject: str, *args: object) -> None:
-        calls.append(subject)
-        if subject.endswith("/a'"):
+    def fails_on_a(ctx: AdapterContext) -> object:
+        calls.append(ctx.subject)
+        if ctx.subject.endswith("/a'"):
             _broken_check()
-        real(subject, *args)  # type: ignore[arg-type]
+        return real(ctx)
 
-    monkeypatch.setattr(rules, "_rank_checks", fails_on_a)
+    _replace_check(monkeypatch, real, fails_on_a)
     report = lg.check_adapters(tmp_path / "set", lg.ServingLimits(max_rank=16))
     assert report.codes() == ["LG900", "LG101"]
     bug = report.violations[0]
@@ -56,7 +63,7 @@ def test_with_lora_guard_debug_the_bug_raises_with_its_traceback(
 ) -> None:
     folder = write_adapter(tmp_path / "a")
     monkeypatch.setenv("LORA_GUARD_DEBUG", "1")
-    monkeypatch.setattr(rules, "_file_checks", _broken_check)
+    _replace_check(monkeypatch, lg115_no_weights.no_weights, _broken_check)
     with pytest.raises(KeyError, match="dims") as raised:
         lg.check_adapters(folder)
     assert raised.traceback[-1].name == "_broken_check"

@@ -325,7 +325,8 @@ def test_sglang_refuses_dora_and_still_refuses_what_it_ignores(
     for name in ("lora-bias", "lm-head-saved"):
         assert check(made, name, engine="sglang") == ["LG105"], name
     # bias="all" on a base without biases: no bias tensor saved, nothing for sglang to drop
-    # (tests/test_check_bias_tensors.py; measured by the engine tier's equivalence tests)
+    # (tests/test_lg105_bias_flag_without_bias_tensors.py; measured by the engine tier's
+    # equivalence tests)
     assert check(made, "bias-all", engine="sglang") == []
 
 
@@ -481,7 +482,8 @@ def test_for_engine_says_what_is_wrong() -> None:
     with pytest.raises(ValueError, match=r"vllm 0\.2 is not a supported release; supported: "
                        r"0\.29\.0 to 0\.34\.0"):
         lg.ServingLimits.for_engine("vllm==0.2")
-    with pytest.raises(ValueError, match=r"unknown engine 'tgi'; supported: peft, sglang, vllm"):
+    with pytest.raises(ValueError,
+                       match=r"unknown engine 'tgi'; supported: lmdeploy, peft, sglang, vllm"):
         lg.ServingLimits.for_engine("tgi")
     with pytest.raises(ValueError, match=r"vllm has no LoRA option 'max_rank'"):
         lg.ServingLimits.for_engine("vllm", max_rank=64)

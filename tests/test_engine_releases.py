@@ -54,7 +54,19 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
         "lora-bias": _save(root, "lora-bias", lora_bias=True),
         "rank-pattern-32": _save(root, "rank-pattern-32", rank_pattern={"v_proj": 32}),
         "seq-cls": _save(root, "seq-cls", seq_cls=True, task_type="SEQ_CLS"),
+        "plain-peft-0.14": _in_peft_0_14_form(_save(root, "plain-peft-0.14")),
     }
+
+
+def _in_peft_0_14_form(path: pathlib.Path) -> pathlib.Path:
+    """The config as PEFT 0.14 saves it (lmdeploy reads configs with its pinned peft 0.14,
+    which refuses a newer PEFT's keys: LG202)."""
+    from lora_guard._checking.engines.lmdeploy import PEFT_0_14_LORA_KEYS
+
+    config = json.loads((path / "adapter_config.json").read_text())
+    (path / "adapter_config.json").write_text(json.dumps(
+        {k: v for k, v in config.items() if k in PEFT_0_14_LORA_KEYS}))
+    return path
 
 
 def codes(path: pathlib.Path, engine: str, *flags: str) -> list[str]:
@@ -65,9 +77,10 @@ def codes(path: pathlib.Path, engine: str, *flags: str) -> list[str]:
 def test_every_supported_release_can_be_pinned_and_the_report_names_it(
         made: dict[str, pathlib.Path], label: str,
         capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", str(made["plain"]), "--engine", label]) == 0
+    plain = str(made["plain-peft-0.14" if label.startswith("lmdeploy") else "plain"])
+    assert main(["check", plain, "--engine", label]) == 0
     assert f"checked for {label}" in capsys.readouterr().out
-    assert main(["check", str(made["plain"]), "--engine", label, "--format", "json"]) == 0
+    assert main(["check", plain, "--engine", label, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["limits"]["engine"] == label
 
 

@@ -220,7 +220,7 @@ def test_the_builtin_integrations_are_available_by_name() -> None:
 def test_an_unknown_name_lists_the_known_ones() -> None:
     with pytest.raises(ValueError) as caught:
         integrations.get("tgi")
-    assert "no integration 'tgi'; known: peft, sglang, vllm" in str(caught.value)
+    assert "no integration 'tgi'; known: lmdeploy, peft, sglang, vllm" in str(caught.value)
     assert "lora_guard.integrations" in str(caught.value)
 
 
@@ -311,11 +311,12 @@ def test_doctor_without_the_engines_says_so_and_passes(
 
     assert main(["doctor"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[:3] == ["vllm: not installed", "sglang: not installed",
+    assert lines[:4] == ["vllm: not installed", "sglang: not installed",
+                         "lmdeploy: not installed",
                          f"peft {peft.__version__}: supported; tested: peft "
                          f"{peft_guard.INTEGRATION.supported_range}; guards check with the "
                          "peft==0.21 profile"]
-    assert sorted(lines[3:]) == sorted(
+    assert sorted(lines[4:]) == sorted(
         f"  attached  {p.module}:{p.path} (peft {peft.__version__})"
         for p in peft_guard.INTEGRATION.patches)
     assert main(["doctor", "--format", "json"]) == 0
@@ -360,3 +361,31 @@ def test_doctor_says_an_import_error_once_not_as_each_hook_missing(
         "into this environment, then run lora-guard doctor again"]
     assert not any(line.startswith("  MISSING") for line in lines)
     assert lines[-1].startswith("lora-guard doctor: needsvision supported but missing hooks")
+
+
+def test_a_fast_path_calls_the_original_itself_and_hands_every_other_call_to_the_guard(
+        fakelib: Callable[..., str]) -> None:
+    # a per-step method: the fast path knows when there is nothing new to check
+    name = fakelib("fake_fast")
+    module = __import__(name)
+    original = vars(module.Server)["load"]
+
+    def fast(wrapped: Callable[..., Any], guarded: Callable[..., Any]) -> Callable[..., Any]:
+        def load(self: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+            if path == "resident":  # as last verified: the original at once
+                return wrapped(self, path, *args, **kwargs)
+            return guarded(self, path, *args, **kwargs)
+        return load
+
+    guard = integration(name, patches=(
+        Patch(name, "Server.load", ("self", "path"), refuse_all, fast=fast),))
+    guard.instrument()
+    try:
+        assert module.Server().load("resident") == ("loaded", "resident")
+        with pytest.raises(lg.RegistryError, match="LG201"):
+            module.Server().load("new")
+        assert module.Server.load.__wrapped__ is original
+    finally:
+        guard.uninstrument()
+    assert vars(module.Server)["load"] is original
+    assert module.Server().load("new") == ("loaded", "new")

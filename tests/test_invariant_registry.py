@@ -231,3 +231,45 @@ def test_no_module_of_the_package_keeps_a_list_of_codes() -> None:
                     and code.fullmatch(e.value) for e in value.elts):
                 lists.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert lists == []
+
+
+def test_a_built_in_code_is_its_two_modules_and_nothing_else(tmp_path: pathlib.Path) -> None:
+    """CONTRIBUTING's LG150 as a shipped code: its words and its check dropped into a copy of
+    the package, no other file edited, and the checker, `codes` and `skip=` all know it."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(SRC, tmp_path / "lora_guard",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "lora_guard" / "_core" / "catalogue" / "lg150_base_model_unnamed.py").write_text(
+        'from lora_guard._core.catalogue._invariant import entry\n\n'
+        'ENTRY = entry(code="LG150", slug="base-model-unnamed", title="No base model named",\n'
+        '              summary="s", triggers=("t",), fixes=("Save base_model_name_or_path.",),\n'
+        '              error="AdapterError",\n'
+        '              messages={"unnamed": "{subject}: names no base model (r is {rank})."})\n')
+    (tmp_path / "lora_guard" / "_checking" / "invariants" / "lg150_base_model_unnamed.py"
+     ).write_text(
+        "from lora_guard._checking.registry import adapter_check\n"
+        "from lora_guard._core.errors import make_violation\n\n\n"
+        '@adapter_check("LG150", position=170)\n'
+        "def base_model_unnamed(ctx):\n"
+        '    if ctx.spec.config.get("base_model_name_or_path"):\n'
+        "        return []\n"
+        '    return [make_violation("LG150", "unnamed", ctx.subject, rank=ctx.spec.config["r"])]\n')
+    folder = write_adapter(tmp_path / "old-export", rank=8, base_model=None)
+    script = (
+        "import lora_guard as lg\n"
+        f"report = lg.check_adapters({str(folder)!r}, lg.ServingLimits(max_rank=4))\n"
+        "print([(v.code, v.message.split(': ')[-1]) for v in report.violations])\n"
+        "print(lg.check_adapter(lg.inspect_adapter(report.ids[0]), lg.ServingLimits(max_rank=4),"
+        " skip='LG150').codes())\n"
+        "print('LG150' in lg.INVARIANTS)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "[('LG101', 'rank 8 of model.layers.0.self_attn.q_proj is above the served max rank 4.'), "
+        "('LG150', 'names no base model (r is 8).')]",
+        "['LG101']", "True"]

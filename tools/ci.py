@@ -16,7 +16,8 @@ failure:
               plugin, PEFT instrumented)
     peft      tests/upstream/run_peft_suite.py (PEFT's own LoRA tests, integration on)
     engines   tests/engines/run --lora-guard (the real vLLM and sglang on a CPU, in their own
-              environment, LORA_GUARD_ENGINES_VENV, default .venv-engines)
+              environment, LORA_GUARD_ENGINES_VENV, default .venv-engines; then lmdeploy
+              0.18.0 in one of its own, <that>-lmdeploy-0.18.0: it pins peft<=0.14.0)
     engines-older  tests/engines/run --vllm 0.31.0 --sglang 0.5.20 --lora-guard (one older
               release of each engine, each layered on the newest's environment)
 

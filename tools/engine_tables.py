@@ -17,7 +17,7 @@ import sys
 from lora_guard._checking.engines import SPECS, Engine
 
 DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs" / "engines"
-NAMES = {"vllm": "vLLM", "sglang": "sglang", "peft": "PEFT"}
+NAMES = {"vllm": "vLLM", "sglang": "sglang", "lmdeploy": "lmdeploy", "peft": "PEFT"}
 
 
 def _cell(text: str) -> str:
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only say whether pages are current")
     args = parser.parse_args(argv)
     stale = []
-    for engine in ("vllm", "sglang"):
+    for engine in ("vllm", "sglang", "lmdeploy"):
         path = DOCS / f"{engine}.md"
         page = path.read_text()
         new = render(engine, page)

@@ -136,11 +136,34 @@ def cpu_imports() -> None:
     cpu_shims()
 
 
+def _needs_torchvision_for_transformers() -> None:
+    """sglang 0.5.16 to 0.5.19 pin transformers 5.12.1, whose ``AutoImageProcessor`` requires
+    torchvision; sglang's configs register image processors with it at import
+    (``sglang/srt/configs/utils.py:register_image_processor``). The torchvision wheels do not
+    import beside the tier's CPU torch, and the stand-in (`lora_guard._frontends._verify_cpu`)
+    is hidden from transformers on purpose: shown to it, transformers imports torchvision's
+    image API (``torchvision.io.ImageReadMode``, ``decode_image``, ``transforms.v2``), which
+    only the real package has. Those releases' tests skip, naming this."""
+    import pytest
+    from transformers.models.auto import image_processing_auto
+
+    try:
+        image_processing_auto.AutoImageProcessor.register  # noqa: B018 - the backend check
+    except ImportError as exc:
+        import transformers
+
+        pytest.skip(f"transformers {transformers.__version__} (sglang's pin) requires "
+                    f"torchvision for AutoImageProcessor, which sglang's configs use at "
+                    "import; torchvision does not install beside the CPU torch "
+                    f"({str(exc).strip().splitlines()[0]})")
+
+
 @functools.cache
 def sglang_env() -> types.SimpleNamespace:
     """sglang's LoRA modules, imported and configured for a CPU scheduler process."""
     _alone("sglang", "vllm")
     cpu_imports()
+    _needs_torchvision_for_transformers()
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.distributed import parallel_state
     from sglang.srt.runtime_context import get_parallel
@@ -269,12 +292,32 @@ def vllm_server(base_dir: Path, *, max_lora_rank: int = 16, max_loras: int = 2,
             _VLLM_DIST.append(True)
         from vllm.model_executor.models.llama import LlamaForCausalLM
 
+        _needs_compiled_cpu_ops(env.version)
         model = LlamaForCausalLM(vllm_config=config)
         worker = env.worker_manager.LRUCacheWorkerLoRAManager(
             config, torch.device("cpu"), getattr(model, "embedding_modules", {}))
         worker.create_lora_manager(model, config)
     worker.vllm_config = config
     return worker
+
+
+def _needs_compiled_cpu_ops(version: str) -> None:
+    """vLLM 0.29 and 0.30 cannot build a Llama here: on the CPU platform ``SiluAndMul.__init__``
+    looks up ``torch.ops._C.silu_and_mul`` (``model_executor/layers/activation.py``), which
+    only vLLM's CPU build compiles; the PyPI wheel is the CUDA build, whose ``_C`` does not
+    load without CUDA. vLLM's CustomOp switch (``custom_ops=["-silu_and_mul"]``) picks
+    ``forward_native`` at dispatch, after ``__init__`` has already failed, so it cannot help.
+    From 0.31 the lookup is made on POWERPC CPUs only. A test that needs a model skips there,
+    naming this; the tests that need none (hooks, fingerprints, the loader's own checks) run."""
+    import pytest
+
+    from lora_guard._checking.engines import version_key
+
+    if version_key(version) >= (0, 31) or hasattr(torch.ops._C, "silu_and_mul"):
+        return
+    pytest.skip(f"vLLM {version} on the CPU platform needs its CPU build's compiled "
+                "torch.ops._C.silu_and_mul to build any model (SiluAndMul.__init__, "
+                "activation.py); the PyPI wheel is the CUDA build")
 
 
 def vllm_request(name: str, lora_id: int, path: Path | str) -> Any:

@@ -218,6 +218,31 @@ def test_slot_maps_broken_after_many_clean_steps_are_reported_at_the_next_step(
         manager.fetch_new_loras({"a"})
 
 
+
+def test_steps_of_resident_adapters_go_straight_to_sglang(guard, tmp_path, monkeypatch):
+    # sglang passes the batch's adapters by keyword each step; with the pool's maps as the
+    # guard verified them, a step runs sglang's own code and one comparison of the maps
+    # with the verified copies: the guard's verification does not run at all
+    manager = h.sglang_server(max_loras_per_batch=2)
+    for name in ("a", "b"):
+        path = h.peft_adapter(tmp_path / name, r=8)
+        assert manager.load_lora_adapter(h.sglang_ref(name, path)).success
+    manager.fetch_new_loras({"a", "b"})  # the first step: slots assigned and verified
+    checks = []
+    verify = sglang_guard._verify_maps
+
+    def counted(pool):
+        checks.append(pool)
+        return verify(pool)
+
+    monkeypatch.setattr(sglang_guard, "_verify_maps", counted)
+    for _ in range(5):
+        manager.fetch_new_loras({"a", "b"})
+    assert checks == []
+
+    manager.fetch_new_loras({"a"})  # a batch of one: the maps stay as they were
+    assert checks == []
+
 # --- pinned lookups (sglang 0.5.23 pins per adapter: layer.pinned_weights) -----------------------
 
 def test_a_normal_load_with_per_adapter_pinned_weights_gives_no_false_lg003(guard, tmp_path):

@@ -182,6 +182,75 @@ def test_a_sequence_classification_adapter_saving_lm_head_is_still_refused(
             dtype=torch.float32)
 
 
+def test_a_worker_load_is_checked_on_what_vllm_read_not_read_again(
+        guard, base, tmp_path, monkeypatch):
+    # the checks run on vLLM's own PEFTHelper config and tensors: lora_guard opens no file
+    # of the folder (added_tokens.json, which vLLM does not read, is looked for only)
+    worker = h.vllm_server(base, max_loras=2, max_cpu_loras=3)
+
+    def read_again(*args, **kwargs):
+        raise AssertionError("lora_guard read the adapter folder a second time")
+
+    monkeypatch.setattr(vllm_guard, "local_adapter", read_again)
+    good = h.peft_adapter(tmp_path / "good", r=8)
+    lies = h.edit_weights(h.peft_adapter(tmp_path / "lies", r=8),  # config r=8, rank 4
+                          lambda t: t.update({k: v[:4].clone() if "lora_A" in k
+                                              else v[:, :4].clone() for k, v in t.items()}))
+
+    with lg.recording() as seen:
+        assert worker.add_adapter(h.vllm_request("good", 1, good))
+    with pytest.raises(lg.AdapterError, match="LG102"):  # vLLM itself would pad and serve it
+        worker.add_adapter(h.vllm_request("lies", 2, lies))
+
+    assert seen.violations == []
+    assert set(worker.list_adapters()) == {1}
+
+
+def test_an_adapter_vllm_refuses_first_still_gets_every_defect_with_its_fix(
+        guard, base, tmp_path):
+    # vLLM's PEFTHelper refuses the rank before any tensor is read: lora_guard reads the
+    # folder then, and its error (every code, each fix) is raised from vLLM's
+    worker = h.vllm_server(base)
+    bad = h.peft_adapter(tmp_path / "wide", r=32, use_dora=True)
+
+    with pytest.raises(lg.AdapterError, match="LG101") as refused:
+        worker.add_adapter(h.vllm_request("wide", 1, bad))
+
+    assert "LG105" in str(refused.value)
+    assert isinstance(refused.value.__context__, ValueError)  # vLLM's own refusal
+    assert worker.list_adapters() == set()
+
+
+def test_a_clean_verdict_is_not_reused_for_a_folder_shipping_added_tokens(
+        guard, base, tmp_path):
+    # two adapters of one recipe (same config, same tensors): the second ships an
+    # added_tokens.json with tokens past the base's vocabulary
+    worker = h.vllm_server(base, max_loras=2, max_cpu_loras=3)
+    first = h.peft_adapter(tmp_path / "first", r=8, seed=1)
+    second = h.peft_adapter(tmp_path / "second", r=8, seed=1)
+    (second / "added_tokens.json").write_text('{"<sql>": 128, "</sql>": 129}')
+
+    with lg.recording() as seen:
+        assert worker.add_adapter(h.vllm_request("first", 1, first))
+    with pytest.raises(lg.AdapterError, match="LG105"):
+        worker.add_adapter(h.vllm_request("second", 2, second))
+
+    assert seen.violations == []
+
+
+def test_a_helper_made_before_instrument_is_checked_from_the_folder(env, tmp_path):
+    path = h.peft_adapter(tmp_path / "wide", r=8, rank_pattern={"v_proj": 32})
+    helper = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)  # lora_guard off
+    vllm_guard.instrument()
+    try:
+        with pytest.raises(lg.AdapterError, match=r"LG101.*rank 32"):
+            env.lora_model.LoRAModel.from_local_checkpoint(
+                str(path), {"q_proj", "k_proj", "v_proj", "o_proj"}, helper, device="cpu",
+                dtype=torch.float32)
+    finally:
+        vllm_guard.uninstrument()
+
+
 def test_a_slot_table_out_of_step_with_the_active_adapters_is_reported(guard, base, tmp_path):
     worker = h.vllm_server(base, max_loras=2)
     assert worker.add_adapter(h.vllm_request("a", 1, h.peft_adapter(tmp_path / "a", r=8)))

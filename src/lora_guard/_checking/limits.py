@@ -26,7 +26,9 @@ __all__ = ["ENGINE_RULES", "ServingLimits", "engine_limits", "limits_argument",
 ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-from-set",
                 "init-rerun", "cast", "packed-names-native", "heads-need-pooling",
                 "target-modules-list", "plain-embeddings-refused", "one-scaling-rslora",
-                "bias-by-tensors")
+                "bias-by-tensors", "moe-expert-ranks", "moe-rslora-alpha-r",
+                "indexed-shared-overwrites", "indexed-shared-refused", "peft-0.14-config",
+                "target-modules-by-name", "saved-embeddings-refused", "slots-in-every-layer")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:
@@ -164,7 +166,13 @@ class ServingLimits:
     vLLM), ``heads-need-pooling`` (`served_heads` only on a base that is not a generative
     ``*ForCausalLM``: vLLM's generate runner has no classifier), ``target-modules-list``
     (``target_modules`` as a string other than ``all``/``all-linear`` is refused: sglang,
-    LG202)."""
+    LG202), ``target-modules-by-name`` (any string, and two entries naming one module that
+    is not packed, are refused: lmdeploy, LG202), ``peft-0.14-config`` (a config key PEFT 0.14
+    does not know is refused: lmdeploy reads configs with its pinned peft, LG202),
+    ``saved-embeddings-refused`` (full embedding weights saved with the adapter are refused in
+    either form: lmdeploy, LG104), ``slots-in-every-layer`` (a ``target_modules`` name gets a
+    slot in every layer of the base: a layer without its weights serves uninitialised memory,
+    lmdeploy, LG103)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 

@@ -28,11 +28,14 @@ def check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
     ctx = AdapterContext(subject, spec, limits, vocab_size=vocab_size,
                          module_dims=module_dims, shared=shared)
     found: list[Violation] = []
-    for built_in in CHECKS:
-        found.extend(built_in.check(ctx))
-    for _, check in plugin_checks():
-        found.extend(check(ctx))
+    for check in _CHECKS:
+        found += check(ctx)
+    for _, plugin_check in plugin_checks():
+        found += plugin_check(ctx)
     return found
+
+
+_CHECKS = tuple(built_in.check for built_in in CHECKS)
 
 
 def spec_violations(

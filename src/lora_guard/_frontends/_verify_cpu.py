@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import importlib.machinery
 import importlib.util
 import os
 import socket
@@ -47,7 +48,7 @@ def torchvision_stand_in() -> None:
     torchvision as absent (so transformers never takes it for the real one). Nothing in the
     LoRA code calls it; ``decode_jpeg`` says so if anything does."""
     # sys.modules first: find_spec raises ValueError on a registered module without __spec__
-    # (the stand-in itself, when the shims run a second time in one process)
+    # (another stand-in; this one has a spec, so importlib finds it like a package)
     if "torchvision" in sys.modules or importlib.util.find_spec("torchvision") is not None:
         return
     from transformers.utils import import_utils
@@ -78,8 +79,12 @@ def torchvision_stand_in() -> None:
     vision.transforms = transforms  # type: ignore[attr-defined]
     vision.io = io  # type: ignore[attr-defined]
     vision.__version__ = "0.0.0+lora-guard-stand-in"  # type: ignore[attr-defined]
-    for module in (vision, transforms):
-        module.__path__ = []  # a package
+    for module in (vision, transforms, functional, io):  # found by importlib like a package
+        package = module in (vision, transforms)
+        module.__spec__ = importlib.machinery.ModuleSpec(module.__name__, None,
+                                                         is_package=package)
+        if package:
+            module.__path__ = []
     sys.modules.update({"torchvision": vision, "torchvision.transforms": transforms,
                         "torchvision.transforms.functional": functional, "torchvision.io": io})
 

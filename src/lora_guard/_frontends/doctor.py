@@ -1,6 +1,7 @@
-"""``lora-guard doctor``: for each installed engine (vLLM, sglang, PEFT), the release found,
-whether lora_guard supports it, the profile its guards check with, and each hook attached or
-missing; a module that does not import is said once, with its error, not as N missing hooks.
+"""``lora-guard doctor``: for each installed engine (vLLM, sglang, lmdeploy, PEFT), the
+release found, whether lora_guard supports it, the profile its guards check with, and each hook
+attached or missing; a module that does not import is said once, with its error, not as N
+missing hooks.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-DOCTOR_ENGINES = ("vllm", "sglang", "peft")
+DOCTOR_ENGINES = ("vllm", "sglang", "lmdeploy", "peft")
 """The integrations doctor reports on, in order."""
 
 
@@ -45,7 +46,7 @@ def diagnose() -> dict[str, Any]:
         >>> from lora_guard._frontends.doctor import diagnose
         >>> data = diagnose()
         >>> sorted(data), sorted(data["engines"])
-        (['engines', 'ok'], ['peft', 'sglang', 'vllm'])
+        (['engines', 'ok'], ['lmdeploy', 'peft', 'sglang', 'vllm'])
     """
     from lora_guard.integrations import get
 

@@ -77,6 +77,7 @@ __all__ = [
     "PEFT_METHODS",
     "WEIGHTS_NAME",
     "AdapterSpec",
+    "FrozenConfig",
     "LoRAModuleSpec",
     "Malformed",
     "NotLoRA",

@@ -47,7 +47,7 @@ __all__ = [
 ENTRY_POINT_GROUP = "lora_guard.integrations"
 """The entry-point group through which other packages register integrations."""
 
-_BUILTIN = {"peft": "peft", "sglang": "sglang", "vllm": "vllm"}
+_BUILTIN = {"lmdeploy": "lmdeploy", "peft": "peft", "sglang": "sglang", "vllm": "vllm"}
 
 
 @runtime_checkable

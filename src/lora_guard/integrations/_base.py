@@ -18,7 +18,9 @@ import functools
 import importlib
 import importlib.metadata
 import inspect
+import math
 import os
+import pathlib
 import re
 import sys
 import threading
@@ -35,13 +37,19 @@ from .._core.errors import Violation
 from .._reading.adapters import (
     CONFIG_NAME,
     AdapterSpec,
+    FrozenConfig,
     Malformed,
+    _read_added_tokens,
+    build_spec,
+    checked_config,
     load_spec,
     malformed_violation,
     read_config,
 )
+from .._reading.safetensors import TensorInfo
 
-__all__ = ["AttachReport", "Integration", "IntegrationWarning", "Patch", "local_adapter"]
+__all__ = ["AttachReport", "Integration", "IntegrationWarning", "Patch", "loaded_adapter",
+           "local_adapter"]
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 _MISSING = object()
@@ -80,6 +88,11 @@ class Patch:
     optional: bool = False
     """A target missing from this release is skipped (with a warning naming it and the
     version) instead of leaving the whole module unpatched."""
+    fast: Callable[[Callable[..., Any], Callable[..., Any]], Callable[..., Any]] | None = None
+    """For a method an engine calls on every step: ``fast(original, guarded)`` returns the
+    function installed, which calls ``original(self, ...)`` itself when the state it guards
+    is as last verified (nothing new to check: one Python call on the engine's path) and
+    ``guarded(self, ...)`` (the wrapper, as without ``fast``) otherwise."""
 
 
 @dataclass(frozen=True)
@@ -367,7 +380,8 @@ class Integration:
             for patch, parent, attr in resolved:
                 original = vars(parent).get(attr, _MISSING)
                 setattr(parent, attr, _guarded(self, original, patch.wrapper,
-                                               method=isinstance(parent, type)))
+                                               method=isinstance(parent, type),
+                                               fast=patch.fast))
                 self._applied[(name, patch.path)] = _Applied(
                     parent, attr, original, vars(parent)[attr])
 
@@ -455,7 +469,9 @@ class Integration:
         return parent, attr
 
 
-def _guarded(integration: Integration, raw: Any, wrapper: Wrapper, *, method: bool) -> Any:
+def _guarded(integration: Integration, raw: Any, wrapper: Wrapper, *, method: bool,
+             fast: Callable[[Callable[..., Any], Callable[..., Any]], Callable[..., Any]]
+             | None = None) -> Any:
     """What goes in place of ``raw``: a plain function with the original's name and
     signature (``__wrapped__``) that calls ``wrapper(wrapped, instance, args, kwargs)`` while
     the integration is active and the mode is not ``off``, else the original itself.
@@ -468,7 +484,8 @@ def _guarded(integration: Integration, raw: Any, wrapper: Wrapper, *, method: bo
     if isinstance(raw, classmethod):
         return classmethod(functools.update_wrapper(_class_call(integration, fn, wrapper), fn))
     if method and not isinstance(raw, staticmethod):
-        return functools.update_wrapper(_method_call(integration, fn, wrapper), fn)
+        call = _method_call(integration, fn, wrapper)
+        return functools.update_wrapper(call if fast is None else fast(fn, call), fn)
     call = functools.update_wrapper(_plain_call(integration, fn, wrapper), fn)
     return staticmethod(call) if isinstance(raw, staticmethod) else call
 
@@ -545,3 +562,55 @@ def _not_lora(path: str | os.PathLike[str]) -> bool:
     except Malformed:
         return False
     return bool(config.get("peft_type", "LORA") != "LORA")
+
+
+def loaded_adapter(
+    folder: str | os.PathLike[str],
+    config: Mapping[str, Any],
+    tensors: Mapping[str, Any],
+    subject: str,
+) -> tuple[AdapterSpec | None, list[Violation]]:
+    """`local_adapter` of an adapter the library has read already: its config as the library
+    parsed it and its tensors (their names, shapes and dtypes), so the checks run on what the
+    library will serve and nothing is read twice. Only ``added_tokens.json``, which no engine
+    reads, is read from the folder (when it has one). The config is checked as the checker
+    checks a read one (`checked_config`: LoRA's fields, a finite ``lora_alpha``); what only
+    the file's bytes tell (a duplicate key) is the library's reader's to refuse.
+
+    Example:
+        >>> import torch
+        >>> from lora_guard.integrations._base import loaded_adapter
+        >>> config = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}
+        >>> tensors = {"base_model.model.q_proj.lora_A.weight": torch.zeros(8, 64),
+        ...            "base_model.model.q_proj.lora_B.weight": torch.zeros(64, 8)}
+        >>> spec, found = loaded_adapter("/nonexistent/a", config, tensors, "adapter 'a'")
+        >>> spec.rank, spec.dtypes, found
+        (8, ('float32',), [])
+    """
+    try:
+        checked = FrozenConfig(checked_config(dict(config)))
+        infos = {name: _tensor_info(tensor) for name, tensor in tensors.items()}
+        path = pathlib.Path(folder)
+        spec = build_spec(path, checked, infos, {}, sum(i.nbytes for i in infos.values()),
+                          added_tokens=_read_added_tokens(path))
+    except Malformed as exc:
+        return None, [malformed_violation(subject, exc)]
+    return spec, []
+
+
+_INFOS: dict[tuple[Any, Any], TensorInfo] = {}
+"""One `TensorInfo` per (shape, dtype): the adapters a server loads share a handful, and
+shared entries let the reader remember each header's parts (`build_spec`)."""
+
+
+def _tensor_info(tensor: Any) -> TensorInfo:
+    key = (tensor.shape, tensor.dtype)
+    info = _INFOS.get(key)
+    if info is None:
+        if len(_INFOS) >= 4096:
+            _INFOS.clear()
+        shape = tuple(int(n) for n in tensor.shape)
+        info = _INFOS[key] = TensorInfo(
+            shape=shape, dtype=str(tensor.dtype).removeprefix("torch."),
+            nbytes=math.prod(shape) * tensor.element_size())
+    return info

@@ -67,7 +67,7 @@ from .._checking.checks import check_cache_entry, check_slot_maps_violations
 from .._checking.engines import SPECS
 from .._checking.invariants import settled_codes
 from .._checking.limits import running_limits
-from .._core.config import report
+from .._core.config import STATE, report
 from .._core.errors import LoRAGuardError, Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
 from .._guarding.shapes import shapes
@@ -329,23 +329,48 @@ def _prepare_lora_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[
             report([make_violation("LG201", "exhausted", "LoRAMemoryPool.prepare_lora_batch",
                                    needed=needed, slots=slots)])
     result = wrapped(*args, **kwargs)
-    uid_to_slot = getattr(instance, "uid_to_buffer_id", None)
-    slot_to_uid = getattr(instance, "buffer_id_to_uid", None)
-    try:
-        verified = instance.__dict__[_VERIFIED_MAPS]
-    except (AttributeError, KeyError):
-        verified = None
+    _verify_maps(instance)
+    return result
+
+
+def _verify_maps(pool: Any) -> None:
+    """LG201 for slot maps out of step, unless they are the maps verified last."""
+    uid_to_slot = getattr(pool, "uid_to_buffer_id", None)
+    slot_to_uid = getattr(pool, "buffer_id_to_uid", None)
+    verified = getattr(pool, "__dict__", _NOTHING).get(_VERIFIED_MAPS)
     if verified is not None and verified[1] == slot_to_uid and verified[0] == uid_to_slot:
-        return result  # the maps this guard verified last, unchanged: nothing new to check
+        return  # the maps this guard verified last, unchanged: nothing new to check
     if isinstance(uid_to_slot, Mapping) and slot_to_uid is not None:
+        slots = getattr(pool, "max_loras_per_batch", None)
         found = check_slot_maps_violations(
             uid_to_slot, slot_to_uid, slots=slots if isinstance(slots, int) else None,
-            empty=_empty_marker(instance), subject="LoRAMemoryPool slot maps")
+            empty=_empty_marker(pool), subject="LoRAMemoryPool slot maps")
         report(found)
         if not found:
             with contextlib.suppress(AttributeError, TypeError):
-                vars(instance)[_VERIFIED_MAPS] = (dict(uid_to_slot), list(slot_to_uid))
-    return result
+                vars(pool)[_VERIFIED_MAPS] = (dict(uid_to_slot), list(slot_to_uid))
+
+
+_NOTHING: dict[str, Any] = {}
+
+
+def _prepare_fast(original: Callable[..., Any],
+                  guarded: Callable[..., Any]) -> Callable[..., Any]:
+    """Every step prepares the batch's slots. A set of adapters that fits the pool, on a pool
+    whose maps were verified, calls the original at once and only compares the maps with
+    the verified copies after it (most steps: the adapters are resident, nothing moved)."""
+    def prepare_lora_batch(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        verified = getattr(self, "__dict__", _NOTHING).get(_VERIFIED_MAPS)
+        cur_uids = args[0] if args else kwargs.get("cur_uids")  # sglang: by keyword
+        if verified is None or type(cur_uids) is not set or \
+                len(cur_uids) > self.max_loras_per_batch:
+            return guarded(self, *args, **kwargs)
+        result = original(self, *args, **kwargs)
+        if (verified[1] != self.buffer_id_to_uid or verified[0] != self.uid_to_buffer_id) \
+                and INTEGRATION._active and not STATE.off:
+            _verify_maps(self)
+        return result
+    return prepare_lora_batch
 
 
 _VERIFIED_MAPS = "_lora_guard_verified_slot_maps"
@@ -398,6 +423,23 @@ def _cached_weight(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
             raise
     _check_cached(instance, args, kwargs)
     return wrapped(*args, **kwargs)
+
+
+def _cached_fast(original: Callable[..., Any],
+                 guarded: Callable[..., Any]) -> Callable[..., Any]:
+    """Where sglang refuses a stale pinned hit itself, the original is called at once and
+    only its refusal is looked at (reported as LG003, with the fix)."""
+    if not _engine_checks_hits():
+        return guarded
+
+    def get_maybe_cached_weight(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        except ValueError:
+            if INTEGRATION._active and not STATE.off:
+                _check_cached(self, args, kwargs)
+            raise
+    return get_maybe_cached_weight
 
 
 def _check_cached(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -468,12 +510,13 @@ INTEGRATION = Integration(
               ("self", "max_lora_rank", "target_modules", "lora_paths"), _init_state,
               optional=True),
         Patch("sglang.srt.lora.mem_pool", "LoRAMemoryPool.prepare_lora_batch",
-              ("self", "cur_uids", "lora_adapters", "lora_modules"), _prepare_lora_batch),
+              ("self", "cur_uids", "lora_adapters", "lora_modules"), _prepare_lora_batch,
+              fast=_prepare_fast),
         Patch("sglang.srt.lora.mem_pool", "LoRAMemoryPool.load_lora_weight_to_buffer",
               ("self", "uid", "buffer_id", "lora_adapter"), _load_lora_weight_to_buffer),
         Patch("sglang.srt.lora.mem_pool", "LoRAMemoryPool._get_maybe_cached_weight_for_transfer",
               ("self", "pinned_weight_store", "cache_key", "weight"), _cached_weight,
-              optional=True),
+              optional=True, fast=_cached_fast),
         Patch("sglang.srt.lora.layers", "FusedMoEWithLoRA.set_lora_info", _SET_LORA_PARAMS,
               _set_lora_info, optional=True),
         Patch("sglang.srt.models.inkling_common.lora",

@@ -6,9 +6,12 @@ that release's profile: ``vllm.lora.lora_model`` / ``model_manager`` / ``worker_
 parameters (``tests/engines/fingerprints/``); another release is patched where the signatures
 match, with an `IntegrationWarning`, and `lora-guard doctor` lists each hook):
 
-- ``LoRAModel.from_local_checkpoint`` (the successor of ``vllm.lora.models``'): before a
-  tensor is read, the adapter's config and safetensors header go through the checker of
-  ``lora-guard check`` (`lora_guard.check_adapters`) with the one vLLM profile that
+- ``LoRAModel.from_local_checkpoint`` (the successor of ``vllm.lora.models``'): what vLLM
+  read, the config its ``PEFTHelper`` was made from and the tensors' names, shapes and
+  dtypes, goes through the checks of ``lora-guard check`` (`lora_guard.check_adapters`)
+  in ``LoRAModel.from_lora_tensors``, before a ``LoRAModel`` exists (the folder is not read
+  twice; when vLLM refuses the adapter first, the checker reads it and its error, every
+  defect with its fix, is raised from vLLM's), with the one vLLM profile that
   ``lora-guard check --engine vllm`` and ``ServingLimits.for_engine("vllm", ...)`` use
   (the same codes for the same adapter; the engine tier asserts it), filled with the
   engine's limits: ``max_lora_rank`` (LG101, for ``r``, ``rank_pattern`` and the tensors),
@@ -38,7 +41,6 @@ import contextlib
 import contextvars
 import os
 import sys
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -50,8 +52,8 @@ from .._checking.invariants.lg104_unsupported_target import names_not_served
 from .._checking.limits import running_limits
 from .._core.config import report
 from .._core.errors import Violation, make_violation
-from .._reading.adapters import AdapterSpec
-from ._base import AttachReport, Integration, Patch, local_adapter
+from .._reading.adapters import ADDED_TOKENS_NAME, AdapterSpec
+from ._base import AttachReport, Integration, Patch, loaded_adapter, local_adapter
 
 __all__ = ["INTEGRATION", "instrument", "slot_violations", "uninstrument"]
 
@@ -100,32 +102,54 @@ def _server(worker: Any) -> _Server:
 _LOADING: contextvars.ContextVar[_Server | None] = contextvars.ContextVar(
     "lora_guard_vllm_loading", default=None)
 """The server whose worker ``_load_adapter`` runs (its limits, base and max rank)."""
-_CHECKED: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "lora_guard_vllm_checked", default=None)
-"""The adapter folder the worker's load guard checked already (no second report)."""
 _VLLM_SETTLES = settled_codes("LG106")
 """Codes of the checker vLLM settles by design: it casts every weight to its LoRA dtype."""
 
 
+class _Load:
+    """One adapter folder vLLM is loading, and whether lora_guard has checked it yet."""
+
+    __slots__ = ("checked", "expected", "lora_dir", "mapped", "peft_helper", "server", "vocab")
+
+    def __init__(self, lora_dir: str | os.PathLike[str], expected: Any, *, mapped: bool,
+                 peft_helper: Any, vocab: Any, server: _Server | None) -> None:
+        self.lora_dir, self.expected, self.mapped = lora_dir, expected, mapped
+        self.peft_helper, self.vocab, self.server = peft_helper, vocab, server
+        self.checked = False
+
+    def check_dir(self) -> None:
+        """The checker's own read of the folder, then its checks (`_check_dir`)."""
+        self.checked = True
+        _check_dir(self.lora_dir, self.expected, mapped=self.mapped,
+                   peft_helper=self.peft_helper, vocab=self.vocab, server=self.server)
+
+
+_CURRENT: contextvars.ContextVar[_Load | None] = contextvars.ContextVar(
+    "lora_guard_vllm_load", default=None)
+"""The folder whose load is under way (its tensors reach ``from_lora_tensors``)."""
+
+
 def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> Any:
+    """The worker's load. Its checks run on what vLLM reads (`_from_lora_tensors`); when
+    vLLM refuses the adapter before they ran (its ``PEFTHelper`` or module checks), the
+    checker reads the folder and reports every defect with its fix, from vLLM's error."""
     server = _server(instance)
-    token = _LOADING.set(server)
+    lora_request = kwargs.get("lora_request", args[0] if args else None)
+    path = getattr(lora_request, "lora_path", None)
+    load = None
+    if isinstance(path, (str, os.PathLike)):
+        load = _Load(path, server.expected, mapped=server.mapped, peft_helper=None,
+                     vocab=getattr(instance, "vocab_size", None), server=server)
+    token, current = _LOADING.set(server), _CURRENT.set(load)
     try:
-        # before vLLM's own PEFTHelper validation: every defect in one message with its fix
-        lora_request = kwargs.get("lora_request", args[0] if args else None)
-        path = getattr(lora_request, "lora_path", None)
-        checked = _CHECKED.set(None)
-        if isinstance(path, (str, os.PathLike)) and os.path.isdir(path):
-            _check_dir(path, server.expected, mapped=server.mapped, peft_helper=None,
-                       vocab=getattr(instance, "vocab_size", None), server=server)
-            _CHECKED.reset(checked)
-            checked = _CHECKED.set(os.fspath(path))
-        try:
-            return wrapped(*args, **kwargs)
-        finally:
-            _CHECKED.reset(checked)
+        return wrapped(*args, **kwargs)
+    except Exception:
+        if load is not None and not load.checked and os.path.isdir(path):  # type: ignore[arg-type]
+            load.check_dir()  # reports (raising from vLLM's error); else vLLM's error stands
+        raise
     finally:
+        _CURRENT.reset(current)
         _LOADING.reset(token)
 
 
@@ -161,8 +185,8 @@ def _text_config(config: Any) -> dict[str, Any] | None:
 
 _CLASSIFIER_HEADS = frozenset({"classifier", "score"})
 """The ``modules_to_save`` vLLM 0.34 serves: a sequence-classification head."""
-_VALIDATED: dict[int, tuple[weakref.ref[Any], int]] = {}
-"""``id(PEFTHelper)`` -> (the helper, the ``max_lora_rank`` its ``validate_legal`` saw)."""
+_VALIDATED_SLOT = "_lora_guard_max_lora_rank"
+"""Where a ``PEFTHelper`` keeps the ``max_lora_rank`` its ``validate_legal`` saw."""
 
 
 def _usable_rank(value: Any) -> int | None:
@@ -175,10 +199,9 @@ def _validate_legal(wrapped: Callable[..., Any], instance: Any, args: tuple[Any,
     result = wrapped(*args, **kwargs)
     lora_config = kwargs.get("lora_config", args[0] if args else None)
     max_rank = _usable_rank(getattr(lora_config, "max_lora_rank", None))
-    if instance is not None and max_rank is not None:
-        key = id(instance)
-        _VALIDATED[key] = (weakref.ref(instance, lambda _: _VALIDATED.pop(key, None)),
-                           max_rank)
+    if max_rank is not None:
+        with contextlib.suppress(AttributeError, TypeError):  # a helper without a __dict__
+            vars(instance)[_VALIDATED_SLOT] = max_rank
     return result
 
 
@@ -189,9 +212,9 @@ def _max_rank(peft_helper: Any) -> int | None:
     loading = _LOADING.get()
     if loading is not None and loading.max_rank is not None:
         return loading.max_rank
-    validated = _VALIDATED.get(id(peft_helper))
-    if validated is not None and validated[0]() is peft_helper:
-        return validated[1]
+    validated = getattr(peft_helper, "__dict__", {}).get(_VALIDATED_SLOT)
+    if validated is not None:
+        return int(validated)
     config_module = sys.modules.get("vllm.config")
     current = getattr(config_module, "get_current_vllm_config_or_none", None)
     if callable(current):
@@ -253,22 +276,39 @@ def _offline_limits(expected: Any, mapped: bool, max_rank: int | None) -> Servin
 
 def _check_dir(lora_dir: Any, expected: Any, *, mapped: bool, peft_helper: Any,
                vocab: Any, server: _Server | None = None) -> None:
-    subject = f"adapter {os.path.basename(os.path.normpath(lora_dir))!r}"
+    subject = _subject(lora_dir)
     spec, violations = local_adapter(lora_dir, subject)
-    if spec is not None:
-        # weights_mapper: the names on disk are not the served names
-        if server is not None:  # the worker's own load: its limits, made once
-            limits = server.limits
-        elif (loading := _LOADING.get()) is not None:  # another folder, inside a worker load
-            limits = _limits(expected, mapped, _max_rank(peft_helper), loading.heads,
-                             loading.base)
-        else:  # vLLM's loader called directly (an offline tool)
-            limits = _offline_limits(expected, mapped, _max_rank(peft_helper))
-        violations += spec_violations(
-            spec, limits, subject=subject, skip=_VLLM_SETTLES,
-            vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
-        violations += _packed_names(spec, expected, subject, violations)
-    report(violations)
+    report(_checked_spec(spec, violations, expected, mapped=mapped, peft_helper=peft_helper,
+                         vocab=vocab, server=server, subject=subject))
+
+
+def _subject(lora_dir: str | os.PathLike[str]) -> str:
+    return f"adapter {os.path.basename(os.path.normpath(lora_dir))!r}"
+
+
+def _checked_spec(spec: AdapterSpec | None, violations: list[Violation], expected: Any, *,
+                  mapped: bool, peft_helper: Any, vocab: Any, server: _Server | None,
+                  subject: str, limits: ServingLimits | None = None) -> list[Violation]:
+    """The checker's checks of one adapter with vLLM's profile and this load's limits."""
+    if spec is None:
+        return violations
+    if limits is None:
+        limits = _limits_for(expected, mapped=mapped, peft_helper=peft_helper, server=server)
+    violations = violations + spec_violations(
+        spec, limits, subject=subject, skip=_VLLM_SETTLES,
+        vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
+    return violations + _packed_names(spec, expected, subject, violations)
+
+
+def _limits_for(expected: Any, *, mapped: bool, peft_helper: Any,
+                server: _Server | None) -> ServingLimits:
+    # weights_mapper: the names on disk are not the served names
+    if server is not None and server.mapped == mapped and (
+            expected is server.expected or expected == server.expected):
+        return server.limits  # the worker's own load: its limits, made once
+    if (loading := _LOADING.get()) is not None:  # another folder, inside a worker load
+        return _limits(expected, mapped, _max_rank(peft_helper), loading.heads, loading.base)
+    return _offline_limits(expected, mapped, _max_rank(peft_helper))  # an offline tool
 
 
 def _packed_names(spec: AdapterSpec, expected: Any, subject: str,
@@ -286,24 +326,109 @@ def _packed_names(spec: AdapterSpec, expected: Any, subject: str,
     return names_not_served(spec, served, subject)
 
 
-def _checked(lora_dir: str | os.PathLike[str]) -> bool:
-    """Whether the worker's load guard checked this folder already (vLLM passes the path it
-    made absolute: the same string, or the same folder by another name)."""
-    checked = _CHECKED.get()
-    return checked is not None and (checked == os.fspath(lora_dir) or os.path.realpath(
-        checked) == os.path.realpath(lora_dir))
-
-
 def _from_local_checkpoint(wrapped: Callable[..., Any], instance: Any,
                            args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """vLLM reads the adapter (config: its ``PEFTHelper``; weights: its tensors) and the
+    checks run on what it read (`_from_lora_tensors`), before the ``LoRAModel`` is made; a
+    helper whose config lora_guard did not see, an expert-parallel load (vLLM skips other
+    ranks' experts) or vLLM refusing first: the checker reads the folder itself."""
     lora_dir = kwargs.get("lora_dir", args[0] if args else None)
+    if not isinstance(lora_dir, (str, os.PathLike)) or kwargs.get("tensorizer_config_dict"):
+        return wrapped(*args, **kwargs)
     expected = kwargs.get("expected_lora_modules", args[1] if len(args) > 1 else None)
     peft_helper = kwargs.get("peft_helper", args[2] if len(args) > 2 else None)
-    if (isinstance(lora_dir, (str, os.PathLike)) and not kwargs.get("tensorizer_config_dict")
-            and not _checked(lora_dir)):
-        _check_dir(lora_dir, expected, mapped=bool(kwargs.get("weights_mapper")),
-                   peft_helper=peft_helper, vocab=kwargs.get("model_vocab_size"))
+    mapped = bool(kwargs.get("weights_mapper"))
+    outer = _CURRENT.get()
+    if outer is not None and outer.lora_dir == lora_dir and not outer.checked:
+        load = outer  # the worker's load of this folder
+        load.expected, load.mapped, load.peft_helper = expected, mapped, peft_helper
+    else:
+        load = _Load(lora_dir, expected, mapped=mapped, peft_helper=peft_helper,
+                     vocab=kwargs.get("model_vocab_size"), server=None)
+    if _config_of(peft_helper) is None or kwargs.get("moe_ep_spec") is not None:
+        load.check_dir()
+        return wrapped(*args, **kwargs)
+    token = _CURRENT.set(load)
+    try:
+        return wrapped(*args, **kwargs)
+    except Exception:
+        if not load.checked:  # vLLM refused before its tensors reached the checks
+            load.check_dir()
+        raise
+    finally:
+        _CURRENT.reset(token)
+
+
+def _from_lora_tensors(wrapped: Callable[..., Any], instance: Any,
+                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    load = _CURRENT.get()
+    if load is not None and not load.checked:  # a folder vLLM has just read (not a dummy)
+        load.checked = True
+        tensors = kwargs.get("tensors", args[1] if len(args) > 1 else None)
+        config = getattr(load.peft_helper, "__dict__", {}).get(_CONFIG_SLOT)
+        if isinstance(tensors, dict) and isinstance(config, dict):
+            _check_loaded(load, config, tensors)
+        else:
+            load.check_dir()
     return wrapped(*args, **kwargs)
+
+
+def _check_loaded(load: _Load, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+    """The checks of an adapter vLLM has read, on its config and tensors. A config and
+    tensors (names, shapes, dtypes) found clean under the same limits are clean again (a
+    recipe's adapters, an adapter loaded again): only whether the folder ships an
+    ``added_tokens.json`` (which vLLM does not read) is looked at again."""
+    limits = _limits_for(load.expected, mapped=load.mapped, peft_helper=load.peft_helper,
+                         server=load.server)
+    key: Any = None
+    with contextlib.suppress(TypeError):  # an unhashable value: checked, not remembered
+        key = (id(limits), load.vocab, repr(config),
+               tuple([(n, t.shape, t.dtype) for n, t in tensors.items()]))
+        if _CLEAN.get(key) is limits and not os.path.lexists(
+                os.path.join(load.lora_dir, ADDED_TOKENS_NAME)):
+            return
+    subject = _subject(load.lora_dir)
+    if not _VLLM_KEYS.isdisjoint(config):
+        config = {k: v for k, v in config.items() if k not in _VLLM_KEYS}
+    spec, violations = loaded_adapter(load.lora_dir, config, tensors, subject)
+    found = _checked_spec(spec, violations, load.expected, mapped=load.mapped,
+                          peft_helper=load.peft_helper, vocab=load.vocab, server=load.server,
+                          subject=subject, limits=limits)
+    report(found)
+    if not found and key is not None and spec is not None and \
+            "added_tokens" not in spec.features:
+        if len(_CLEAN) >= 256:
+            _CLEAN.clear()
+        _CLEAN[key] = limits
+
+
+_CLEAN: dict[tuple[Any, ...], ServingLimits] = {}
+"""(limits, vocabulary, config, tensors) found clean -> those limits (held, so that their id
+in the key is not reused while the entry lives)."""
+
+
+_CONFIG_SLOT = "_lora_guard_config"
+"""Where a ``PEFTHelper`` keeps the ``adapter_config.json`` it was made from, as vLLM parsed
+it (its fields alone drop what vLLM does not read, and the checks read those too)."""
+_VLLM_KEYS = frozenset({"vllm_max_position_embeddings"})
+"""Keys vLLM adds to the config it read before making the helper."""
+
+
+def _from_dict(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> Any:
+    helper = wrapped(*args, **kwargs)
+    config = kwargs.get("config_dict", args[0] if args else None)
+    if isinstance(config, dict):
+        with contextlib.suppress(AttributeError, TypeError):  # a helper without a __dict__
+            vars(helper)[_CONFIG_SLOT] = config
+    return helper
+
+
+def _config_of(peft_helper: Any) -> dict[str, Any] | None:
+    """The config a `PEFTHelper` was made from, as vLLM parsed it (with the keys vLLM adds);
+    None for a helper made before lora_guard was on."""
+    config = getattr(peft_helper, "__dict__", {}).get(_CONFIG_SLOT)
+    return config if isinstance(config, dict) else None
 
 
 def slot_violations(manager: Any) -> list[Violation]:
@@ -329,16 +454,6 @@ def slot_violations(manager: Any) -> list[Violation]:
 def _activate_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                       kwargs: dict[str, Any]) -> Any:
     lora_id = args[0] if args else kwargs.get("lora_id")
-    try:
-        verified = instance.__dict__[_VERIFIED_TABLE]
-    except (AttributeError, KeyError):
-        verified = None
-    if lora_id is not None and verified is not None and lora_id in verified and \
-            verified == getattr(instance, "lora_index_to_id", None):
-        # the slot table this guard verified last (its ids: the active adapters), unchanged,
-        # holds this adapter: vLLM returns early (already active), nothing new to check.
-        # Every step of a batch whose adapters stay resident.
-        return wrapped(*args, **kwargs)
     table: Any = getattr(instance, "lora_index_to_id", None)
     active = getattr(instance, "_active_adapters", None)
     found = slot_violations(instance)
@@ -355,10 +470,35 @@ def _activate_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[An
     return result
 
 
+_NOTHING: dict[str, Any] = {}
+
+
+def _activate_fast(original: Callable[..., Any],
+                   guarded: Callable[..., Any]) -> Callable[..., Any]:
+    """Every step activates each adapter of the batch; one already in the slot table this
+    guard verified last (its ids: the active adapters), with the table unchanged, is
+    vLLM's own early return: nothing new to check, the original is called at once."""
+    def activate_adapter(self: Any, lora_id: Any = _NOTHING, /, *args: Any,
+                         **kwargs: Any) -> Any:
+        try:
+            verified = self.__dict__[_VERIFIED_TABLE]
+        except (AttributeError, KeyError):  # not verified yet
+            verified = _NOTHING
+        if lora_id in verified and verified == self.lora_index_to_id:
+            return original(self, lora_id, *args, **kwargs)
+        if lora_id is _NOTHING:  # called by keyword
+            return guarded(self, *args, **kwargs)
+        return guarded(self, lora_id, *args, **kwargs)
+    return activate_adapter
 _VERIFIED_TABLE = "_lora_guard_verified_slots"
 """A copy of the manager's ``lora_index_to_id`` as this guard last found it consistent with
 the active adapters, kept on the manager. vLLM changes both together (activation, eviction,
 removal), so a table unchanged since then needs no second look."""
+
+
+def _forget() -> None:
+    _OFFLINE.clear()
+    _CLEAN.clear()
 
 
 INTEGRATION = Integration(
@@ -366,17 +506,21 @@ INTEGRATION = Integration(
     distribution="vllm",
     min_version=SPECS["vllm"].releases[-1],
     max_version="0.34.1",
-    on_uninstrument=_OFFLINE.clear,
+    on_uninstrument=_forget,
     patches=(
         Patch("vllm.lora.lora_model", "LoRAModel.from_local_checkpoint",
               ("cls", "lora_dir", "expected_lora_modules", "peft_helper"),
               _from_local_checkpoint),
+        Patch("vllm.lora.lora_model", "LoRAModel.from_lora_tensors",
+              ("cls", "lora_model_id", "tensors", "peft_helper"), _from_lora_tensors),
+        Patch("vllm.lora.peft_helper", "PEFTHelper.from_dict", ("cls", "config_dict"),
+              _from_dict, optional=True),
         Patch("vllm.lora.worker_manager", "WorkerLoRAManager._load_adapter",
               ("self", "lora_request"), _load_adapter, optional=True),
         Patch("vllm.lora.peft_helper", "PEFTHelper.validate_legal", ("self", "lora_config"),
               _validate_legal, optional=True),
         Patch("vllm.lora.model_manager", "LoRAModelManager.activate_adapter",
-              ("self", "lora_id"), _activate_adapter),
+              ("self", "lora_id"), _activate_adapter, fast=_activate_fast),
     ),
 )
 

@@ -99,6 +99,8 @@ def _adapter_item(flag: Flag, item: Any) -> tuple[str, str]:
         return name, path
     elif isinstance(item, str) and flag.dest == "lora_paths":
         return item, item
+    elif isinstance(item, str) and flag.dest == "adapters":  # lmdeploy: one PATH alone
+        return "default", item
     else:
         raise EngineOptionError(f"{flag.name}: expected NAME=PATH, got {item!r}")
     name = data.get("name", data.get("lora_name"))

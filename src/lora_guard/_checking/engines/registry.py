@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lora_guard._checking.engines import peft, sglang, vllm
+from lora_guard._checking.engines import lmdeploy, peft, sglang, vllm
 from lora_guard._checking.engines.spec import Engine, EngineProfile
 
 __all__ = ["ENGINES", "SPECS", "register"]
@@ -21,5 +21,5 @@ def register(engine: Engine) -> None:
     ENGINES[engine.name] = tuple(engine.at(v) for v in engine.releases)
 
 
-for _module in (vllm, sglang, peft):  # an engine: its module, and its name on this line
+for _module in (vllm, sglang, lmdeploy, peft):  # an engine: its module, and its name on this line
     register(_module.ENGINE)

@@ -119,13 +119,18 @@ _SGLANG_RULES = (
          "per batch, not a limit on the set",
          "sglang/srt/server_args.py:ServerArgs.check_lora_server_args; "
          "sglang/srt/managers/tokenizer_manager.py", until="0.5.19"),
+    Rule("LG111", "the experts of one MoE projection must have one rank: each expert's "
+         "halves are copied into a pool slice of the adapter's rank, and an expert of another "
+         "rank (rank_pattern) fails the copy when the adapter enters the pool",
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
+         uses=("moe-expert-ranks",)),
     Rule("LG104", "indexed shared-expert weights (shared_experts.<i>) are written over the "
          "routed experts' buffers without a word", "sglang/srt/lora/mem_pool.py:"
          "LoRAMemoryPool.load_lora_weight_to_buffer", until="0.5.23", engine_refuses=False,
-         checked=False),
+         uses=("indexed-shared-overwrites",)),
     Rule("LG104", "indexed shared-expert weights (shared_experts.<i>) are refused",
          "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
-         since="0.5.23", checked=False),
+         since="0.5.23", uses=("indexed-shared-refused",)),
 )
 
 

@@ -147,10 +147,15 @@ _VLLM_RULES = (
     Rule("LG112", "MoE experts are packed with lora_alpha / r even for rsLoRA: an rsLoRA "
          "MoE adapter serves its experts at the wrong strength",
          "vllm/lora/lora_weights.py:PackedLoRALayerWeights.pack_moe", until="0.30.0",
-         engine_refuses=False, checked=False),
-    Rule("LG111", "the experts of one MoE layer must have one rank",
+         engine_refuses=False, uses=("moe-rslora-alpha-r",)),
+    Rule("LG111", "the experts of one MoE projection must have one rank: pack_moe refuses "
+         "experts of different ranks by name",
          "vllm/lora/lora_weights.py:PackedLoRALayerWeights.pack_moe", since="0.32.0",
-         checked=False),
+         uses=("moe-expert-ranks",)),
+    Rule("LG111", "the experts of one MoE projection must have one rank: pack_moe stacks "
+         "them into one tensor, and experts of different ranks fail the load there",
+         "vllm/lora/lora_weights.py:PackedLoRALayerWeights.pack_moe", until="0.32.0",
+         uses=("moe-expert-ranks",)),
     Rule("LG002", "a 3-D (fused) MoE adapter on a model with 2-D MoE LoRA layers is refused "
          "unless --enable-mixed-moe-lora-format is given",
          "vllm/lora/model_manager.py:LoRAModelManager._validate_moe_lora_format",

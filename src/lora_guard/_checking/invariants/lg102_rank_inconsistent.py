@@ -3,7 +3,7 @@ its config gives it (``rank_pattern``'s first match, else ``r``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from lora_guard._checking.registry import adapter_check, module_rule
@@ -67,6 +67,8 @@ def check_ranks(ctx: AdapterContext, module: LoRAModuleSpec, grouped: Grouped,
 
 
 @adapter_check("LG102", position=80)
-def rank_inconsistent(ctx: AdapterContext) -> Iterator[Violation]:
-    yield from (v for v in ctx.modules.found if v.code == "LG102")  # A against B
-    yield from grouped_violations(ctx, "LG102", "module")
+def rank_inconsistent(ctx: AdapterContext) -> list[Violation]:
+    grouped = grouped_violations(ctx, "LG102", "module")
+    if not ctx.modules.found:
+        return grouped
+    return [v for v in ctx.modules.found if v.code == "LG102"] + grouped  # A against B first

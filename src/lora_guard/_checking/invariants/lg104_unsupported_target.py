@@ -4,7 +4,8 @@ a name the engine does not read (``plain-embeddings-refused``)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import re
+from collections.abc import Collection
 
 from lora_guard._checking.registry import adapter_check, module_rule
 from lora_guard._checking.rules.context import AdapterContext, grouped_violations
@@ -46,28 +47,61 @@ def served_module(ctx: AdapterContext, module: LoRAModuleSpec, grouped: Grouped,
 
 
 @adapter_check("LG104", position=50)
-def unsupported_target(ctx: AdapterContext) -> Iterator[Violation]:
+def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     spec, subject = ctx.spec, ctx.subject
-    for key in spec.unknown_keys[:MAX_PER_KIND]:  # keys outside the grammar
-        yield make_violation("LG104", "grammar", subject, key=key)
+    rules = ctx.limits.engine_rules
+    plain = "plain-embeddings-refused" in rules
+    saved = "saved-embeddings-refused" in rules
+    shared = [(rule, variant) for rule, variant in _INDEXED_SHARED if rule in rules]
+    if not (spec.unknown_keys or plain or saved or shared):  # most adapters: served modules only
+        return grouped_violations(ctx, "LG104", "module")
+    found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
+             for key in spec.unknown_keys[:MAX_PER_KIND]]
     if len(spec.unknown_keys) > MAX_PER_KIND:
         rest = len(spec.unknown_keys) - MAX_PER_KIND
-        yield make_violation("LG104", "grammar", subject, key=f"... and {rest} more keys")
-    if "plain-embeddings-refused" in ctx.limits.engine_rules:
-        yield from _plain_embeddings(ctx)
-    yield from grouped_violations(ctx, "LG104", "module")  # modules the server does not serve
+        found.append(make_violation("LG104", "grammar", subject,
+                                    key=f"... and {rest} more keys"))
+    if plain:
+        found += _plain_embeddings(ctx)
+    if saved:
+        found += _plain_embeddings(ctx, any_form=True)
+    for _rule, variant in shared:
+        found += _indexed_shared(ctx, variant)
+    return found + grouped_violations(ctx, "LG104", "module")  # modules not served
 
 
-def _plain_embeddings(ctx: AdapterContext) -> list[Violation]:
+# sglang's indexed shared experts: written over routed experts before 0.5.23, refused from it
+_INDEXED_SHARED = (("indexed-shared-overwrites", "shared-experts-overwritten"),
+                   ("indexed-shared-refused", "shared-experts-refused"))
+
+
+_SHARED = re.compile(r"(?:^|\.)shared_experts\.(?P<index>\d+)\.")
+
+
+def _indexed_shared(ctx: AdapterContext, variant: str) -> list[Violation]:
+    """Weights under ``shared_experts.<i>.``, which sglang's memory pool takes for routed expert
+    ``<i>`` (``LoRAMemoryPool.load_lora_weight_to_buffer``: written over it before 0.5.23,
+    refused from 0.5.23)."""
+    hits = [(m.module, _SHARED.search(m.module)) for m in ctx.spec.modules.values()]
+    engine = ctx.limits.engine or "the server"
+    return [make_violation("LG104", variant, ctx.subject, module=name, index=hit["index"],
+                           engine=engine)
+            for name, hit in [(n, h) for n, h in hits if h is not None][:MAX_PER_KIND]]
+
+
+def _plain_embeddings(ctx: AdapterContext, *, any_form: bool = False) -> list[Violation]:
     """Full embedding weights saved as ``<module>.weight`` (``save_embedding_layers`` of an
     embedding that is no LoRA target), which an engine that reads saved embeddings only as
-    ``<module>.base_layer.weight`` refuses (vLLM)."""
+    ``<module>.base_layer.weight`` refuses (vLLM); ``any_form``: in either form, for an
+    engine that loads only lora_A/lora_B weights (``saved-embeddings-refused``: lmdeploy)."""
     engine = ctx.limits.engine or "the server"
     return [make_violation(
-        "LG104", "saved-embedding", ctx.subject, key=key, engine=engine,
-        module=key.removesuffix(".weight").rsplit(".", 1)[-1])
+        "LG104", "saved-embedding-any" if any_form else "saved-embedding", ctx.subject,
+        key=key, engine=engine,
+        module=key.removesuffix(".weight").removesuffix(".base_layer").rsplit(".", 1)[-1])
         for key, what in ctx.spec.extra_keys.items()
-        if what == "embedding-base" and not key.endswith(".base_layer.weight")][:MAX_PER_KIND]
+        if what == "embedding-base" and (any_form or not key.endswith(".base_layer.weight"))
+    ][:MAX_PER_KIND]
 
 
 def names_not_served(spec: AdapterSpec, served: frozenset[str], subject: str) -> list[Violation]:

@@ -14,7 +14,11 @@ from lora_guard._reading.adapters import FEATURES, AdapterSpec
 
 
 @adapter_check("LG105", position=30)
-def unsupported_feature(ctx: AdapterContext) -> Iterator[Violation]:
+def unsupported_feature(ctx: AdapterContext) -> list[Violation]:
+    return list(_features(ctx)) if ctx.spec.features else []
+
+
+def _features(ctx: AdapterContext) -> Iterator[Violation]:
     spec, limits, subject = ctx.spec, ctx.limits, ctx.subject
     for name, value in spec.features.items():
         if name == "modules_to_save" and limits.served_heads is not None and _heads_served(

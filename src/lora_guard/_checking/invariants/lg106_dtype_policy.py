@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from lora_guard._checking.registry import adapter_check
 from lora_guard._checking.rules.context import AdapterContext
 from lora_guard._checking.rules.shared import more
@@ -11,17 +9,19 @@ from lora_guard._core.errors import Violation, make_violation
 
 
 @adapter_check("LG106", position=120)
-def dtype_policy(ctx: AdapterContext) -> Iterator[Violation]:
+def dtype_policy(ctx: AdapterContext) -> list[Violation]:
     spec, limits = ctx.spec, ctx.limits
+    found = []
     if len(spec.dtypes) > 1 and "cast" not in limits.engine_rules:
-        yield make_violation("LG106", "mixed", ctx.subject, dtypes=list(spec.dtypes))
+        found.append(make_violation("LG106", "mixed", ctx.subject, dtypes=list(spec.dtypes)))
     if limits.dtypes is None:
-        return
+        return found
     lora_keys = [k for m in spec.modules.values() for k in (m.a_key, m.b_key) if k]
     for dtype in spec.dtypes:
         if dtype not in limits.dtypes:
             first = next(k for k in lora_keys if spec.tensors[k].dtype == dtype)
             count = sum(1 for k in lora_keys if spec.tensors[k].dtype == dtype)
-            yield make_violation(
+            found.append(make_violation(
                 "LG106", "allowed", ctx.subject, dtype=dtype, key=more(first, count),
-                allowed=", ".join(sorted(limits.dtypes)))
+                allowed=", ".join(sorted(limits.dtypes))))
+    return found

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from lora_guard._checking.registry import adapter_check
 from lora_guard._checking.rules.context import AdapterContext
 from lora_guard._core.errors import Violation, make_violation
 
 
 @adapter_check("LG107", position=70)
-def empty_tensor(ctx: AdapterContext) -> Iterator[Violation]:
+def empty_tensor(ctx: AdapterContext) -> list[Violation]:
     tensors = ctx.spec.tensors
-    for key in ctx.empty[0]:
-        yield make_violation("LG107", "empty", ctx.subject, key=key, shape=tensors[key].shape)
+    return [make_violation("LG107", "empty", ctx.subject, key=key, shape=tensors[key].shape)
+            for key in ctx.empty[0]]

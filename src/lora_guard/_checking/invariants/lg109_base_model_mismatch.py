@@ -239,8 +239,11 @@ def base_model_mismatch(ctx: AdapterContext) -> list[Violation]:
     """The module pass's findings, then the saved embeddings': one violation per kind, the
     dims of an adapter trained on another base model said once (``dims``)."""
     spec, limits = ctx.spec, ctx.limits
+    found_by_pass = ctx.modules.grouped.items
+    if not found_by_pass and (limits.base is None or not spec.extra_keys):
+        return []
     grouped = Grouped()
-    for group, (name, count, details) in ctx.modules.grouped.items.items():
+    for group, (name, count, details) in found_by_pass.items():
         if group[0] == "LG109":
             grouped.items[group] = [name, count, details]
     if limits.base is not None and spec.extra_keys:

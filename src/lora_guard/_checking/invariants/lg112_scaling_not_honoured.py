@@ -18,11 +18,31 @@ from lora_guard._reading.adapters import LoRAModuleSpec, pattern_value
 @adapter_check("LG112", position=110)
 def scaling_not_honoured(ctx: AdapterContext) -> list[Violation]:
     rules = ctx.limits.engine_rules
+    found = _rslora_experts(ctx) if "moe-rslora-alpha-r" in rules else []
     if "one-scaling" not in rules and "one-scaling-rslora" not in rules:
-        return []
+        return found
     return _one_scaling(ctx.subject, ctx.spec.config, ctx.spec.modules,
                         ctx.limits.engine or "the server",
-                        rslora_aware="one-scaling-rslora" in rules)
+                        rslora_aware="one-scaling-rslora" in rules) + found
+
+
+def _rslora_experts(ctx: AdapterContext) -> list[Violation]:
+    """``moe-rslora-alpha-r``: an rsLoRA adapter's routed experts, which the engine packs with
+    ``lora_alpha / r`` (vLLM 0.29's ``pack_moe``) while its other modules get
+    ``lora_alpha / sqrt(r)``."""
+    config = ctx.spec.config
+    try:
+        r, alpha = int(config["r"]), float(config.get("lora_alpha", 8))
+    except (KeyError, TypeError, ValueError):
+        return []
+    experts = [m.module for m in ctx.spec.modules.values()
+               if m.kind == "moe-per-expert" and m.rank and ".shared_experts." not in m.module]
+    if not config.get("use_rslora") or r <= 0 or not experts:
+        return []
+    return [make_violation(
+        "LG112", "experts", ctx.subject, module=more(experts[0], len(experts)),
+        expected=f"{alpha / r ** 0.5:.4g}", engine=ctx.limits.engine or "the server",
+        served=f"{alpha / r:.4g}")]
 
 
 def _scaling(alpha: float, rank: int, rslora: bool) -> float:

@@ -136,6 +136,8 @@ def grouped_violations(ctx: AdapterContext, code: str, target: str,
     """One violation of ``code`` per kind of finding of the module pass (or of ``grouped``):
     the first ``target`` (module or key) it was found in, and how many."""
     items = (grouped or ctx.modules.grouped).items
+    if not items:
+        return []
     return [make_violation(code, variant, ctx.subject, **{**details, target: more(name, count)})
             for (group_code, variant, *_), (name, count, details) in items.items()
             if group_code == code]

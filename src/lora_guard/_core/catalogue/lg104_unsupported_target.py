@@ -15,6 +15,8 @@ ENTRY = entry(
         "A weight module not in `ServingLimits.target_modules`.",
         "A key that is not `<module>.lora_A.weight`, `lora_B.weight`, `lora_embedding_A/B`, "
         "DoRA's magnitude vector or a `modules_to_save` weight.",
+        "lmdeploy: a full embedding weight saved with the adapter (`save_embedding_layers`, "
+        "which PEFT turns on for an `lm_head` or `embed_tokens` target), in either form.",
     ),
     situations=(
         "Module prefixes from another architecture (`model.layers` vs `transformer.h`).",
@@ -44,8 +46,23 @@ ENTRY = entry(
             "'<module>.base_layer.weight' and refuses this key as an unsupported LoRA "
             "weight."
         ),
+        "saved-embedding-any": (
+            "{subject}: tensor key {key!r} is a full {module} weight saved with the adapter "
+            "(save_embedding_layers); {engine} loads only lora_A/lora_B weights and the "
+            "start-up fails on this key."
+        ),
+        "shared-experts-overwritten": (
+            "{subject}: {module} is an indexed shared-expert weight; {engine} takes it for "
+            "routed expert {index} and writes it over that expert's LoRA weights without a "
+            "word."
+        ),
+        "shared-experts-refused": (
+            "{subject}: {module} is an indexed shared-expert weight (shared_experts.{index}); "
+            "{engine} refuses it when it copies the adapter into its memory pool."
+        ),
     },
     raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
-               "integrations.sglang"),
-    variant_fixes={"grammar": 1, "saved-embedding": 2},
+               "integrations.sglang", "integrations.lmdeploy"),
+    variant_fixes={"grammar": 1, "saved-embedding": 2, "saved-embedding-any": 2,
+                   "shared-experts-overwritten": 1, "shared-experts-refused": 1},
 )

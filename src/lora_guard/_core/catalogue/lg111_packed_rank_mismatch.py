@@ -22,6 +22,8 @@ ENTRY = entry(
         "Give the parts of each packed module one rank (retrain with a rank_pattern keyed "
         "on whole layers, or no rank_pattern), or serve the adapter with an engine that "
         "keeps the parts apart (vLLM, PEFT).",
+        "Give the experts of each MoE projection one rank (retrain without a per-expert "
+        "rank_pattern), or serve the adapter with PEFT.",
     ),
     example=(
         '# lora-guard check says:\n# LG111 packed-rank-mismatch: qkv_proj of model.layers.'
@@ -37,6 +39,11 @@ ENTRY = entry(
             "{subject}: {packed} of {layer} stacks {parts} of ranks {ranks}; {engine} holds "
             "one rank per packed module and refuses it."
         ),
+        "experts": (
+            "{subject}: the experts of {packed} have different ranks ({ranks}); {engine} "
+            "packs one rank per MoE projection and refuses it."
+        ),
     },
     raised_by=("lg.check_adapters", "lora-guard check"),
+    variant_fixes={"experts": 1},
 )

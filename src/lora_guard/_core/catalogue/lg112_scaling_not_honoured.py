@@ -42,6 +42,10 @@ ENTRY = entry(
             "{subject}: {module} is scaled by {expected} in PEFT ({why}), but {engine} "
             "scales the whole adapter by lora_alpha / r = {served}."
         ),
+        "experts": (
+            "{subject}: the MoE experts {module} are scaled by {expected} in PEFT (rsLoRA), "
+            "but {engine} packs them with lora_alpha / r = {served}."
+        ),
     },
     raised_by=("lg.check_adapters", "lora-guard check"),
 )

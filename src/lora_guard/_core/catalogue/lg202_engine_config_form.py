@@ -17,13 +17,26 @@ ENTRY = entry(
     triggers=(
         "sglang (the integration, and `lora-guard check --engine sglang`): "
         "`target_modules` is a string other than `all` or `all-linear`.",
+        "lmdeploy (`lora-guard check --engine lmdeploy`, the integration): a key of "
+        "`adapter_config.json` that PEFT 0.14 (lmdeploy's pinned peft) does not know, which "
+        "every config saved by PEFT 0.15 or newer has (`peft_version`, "
+        "`trainable_token_indices`...): PEFT 0.14 drops the config to its defaults and the "
+        "start-up fails; `target_modules` as any string; two `target_modules` entries "
+        "naming one module lmdeploy does not pack (`o_proj`, `down_proj`).",
     ),
     situations=(
         "An adapter trained with a regex `target_modules`, served on sglang.",
+        "An adapter trained with a current PEFT, or with `target_modules=\"all-linear\"`, "
+        "served on lmdeploy.",
     ),
     fixes=(
         "Re-save the adapter's config with `target_modules` as the list of module names "
         "it trained (the leaf names of its weight keys, e.g. [\"q_proj\", \"v_proj\"]).",
+        "For lmdeploy, keep only the keys PEFT 0.14 knows in adapter_config.json (drop "
+        "peft_version and the other newer keys, each at its default), or save the adapter "
+        "with peft 0.14.",
+        "For lmdeploy, give each module once in target_modules, by its leaf name "
+        "([\"o_proj\", \"down_proj\"], not one full path per layer).",
     ),
     example=(
         "# before: adapter_config.json {\"target_modules\": \".*\\\\.(q_proj|v_proj)\"}"
@@ -36,6 +49,22 @@ ENTRY = entry(
             "{subject}: target_modules is the string {value!r}; {engine} reads "
             "target_modules only as a list of module names or 'all' / 'all-linear'."
         ),
+        "target-string-any": (
+            "{subject}: target_modules is the string {value!r}; {engine} reads "
+            "target_modules as a set of module names, so a string is read letter by letter "
+            "and the start-up fails."
+        ),
+        "repeated-target": (
+            "{subject}: target_modules names {module} twice ({first!r}, {second!r}); {engine} "
+            "finds the first one's LoRA module by that name and the start-up fails."
+        ),
+        "unknown-keys": (
+            "{subject}: adapter_config.json has keys PEFT 0.14 does not know ({keys}); "
+            "{engine} reads configs with its pinned peft<=0.14.0, which then drops r, "
+            "lora_alpha and target_modules to their defaults, and the start-up fails."
+        ),
     },
-    raised_by=("integrations.sglang", "lora-guard check --engine sglang"),
+    variant_fixes={"unknown-keys": 1, "repeated-target": 2},
+    raised_by=("integrations.sglang", "lora-guard check --engine sglang",
+               "integrations.lmdeploy", "lora-guard check --engine lmdeploy"),
 )
