@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Bounded", "caches", "forget_all"]
 
@@ -55,7 +55,7 @@ class Bounded(Generic[K, V]):
         if value is _MISSING:
             return None
         self._entries.move_to_end(key)
-        return cast(V, value)
+        return value  # type: ignore[no-any-return]
 
     def put(self, key: K, value: V) -> V:
         """Remember ``value`` for ``key`` (the least recently used entry goes when full)."""
@@ -73,7 +73,7 @@ class Bounded(Generic[K, V]):
         if value is _MISSING:
             return self.put(key, make())
         self._entries.move_to_end(key)
-        return cast(V, value)
+        return value  # type: ignore[no-any-return]
 
     def clear(self) -> None:
         self._entries.clear()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lora_guard._core.frozen import builder
+from lora_guard._reading.bounded import Bounded
 
 __all__ = [
     "DTYPE_BITS",
@@ -408,7 +409,15 @@ def _sized_info(name: str, code: str, shape: list[int], bits: int, begin: int,
         raise HeaderError(
             f"tensor {name[:200]!r} of {code} {shape} needs {bits // 8} bytes but its "
             f"data_offsets [{begin}, {end}] hold {end - begin}")
-    return _built_info(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
+    dims = tuple(shape)
+    key = (code, dims, begin, end)
+    return _INFOS.get_or_make(key, lambda: _built_info(dims, DTYPE_NAMES[code], end - begin,
+                                                       (begin, end)))
+
+
+_INFOS: Bounded[tuple[str, tuple[int, ...], int, int], TensorInfo] = Bounded(
+    65_536, "tensor entries by dtype code, shape and offsets, once validated: the adapters "
+    "of one base model and rank repeat them whatever else their headers hold")
 
 
 def _check_offsets(tensors: Mapping[str, TensorInfo], data_size: int) -> None:
