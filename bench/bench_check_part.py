@@ -3,15 +3,10 @@
     python bench/bench_check_part.py [--sizes 2000,10000] [--repeat 7]
 
 ``lg.check_adapters(folder)`` on `bench_check.write_corpus`'s distinct corpus (every adapter
-its own bytes), with the reader (``read_folders``) replaced by a lookup of the specs read
-beforehand: what is left is the search of the folder, each adapter's checks, the verdicts
-kept and the report. Printed for no limits and for ``for_engine("vllm")`` with a Llama base
-config (every module's dims compared), each twice:
-
-- as the reader hands the specs over (adapters of one recipe share their header's tensor
-  and module maps, and the checker judges those once per recipe);
-- with nothing shared (the checker's memory of them disabled): the cost when every adapter
-  has a header of its own.
+its own bytes: each its own recipe, nothing shared), with the reader (``read_recipes``)
+replaced by a lookup of the reads made beforehand: what is left is the search of the folder,
+each adapter's checks, the verdicts kept and the report. Printed for no limits and for
+``for_engine("vllm")`` with a Llama base config (every module's dims compared).
 
 Also the search alone, ``Report.to_json`` and the whole ``lg.check_adapters`` in the same run.
 Run it against another source tree (``PYTHONPATH=that/src``) to compare two versions.
@@ -48,27 +43,6 @@ class _Forgetful(dict):  # type: ignore[type-arg]
         pass
 
 
-def _no_sharing(checker: Any) -> Callable[[], None]:
-    """Disable the checker's memory of shared headers (if this version has one); returns the
-    undo."""
-    memo = getattr(checker, "Memo", None)
-    if memo is None:
-        return lambda: None
-    real_init = memo.__init__
-
-    def forgetful(self: Any) -> None:
-        real_init(self)
-        for name in memo.__slots__:
-            object.__setattr__(self, name, _Forgetful())
-
-    memo.__init__ = forgetful
-
-    def undo() -> None:
-        memo.__init__ = real_init
-
-    return undo
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="2000,10000")
@@ -77,8 +51,7 @@ def main() -> None:
     import lora_guard as lg
     from lora_guard._checking import check_adapters as checker
     from lora_guard._checking import discovery
-    from lora_guard._checking.rules import memo as memo_module
-    from lora_guard._reading.adapters import read_folder, read_folders
+    from lora_guard._reading.adapters import read_recipes
 
     print(f"python {sys.version.split()[0]}, lora_guard from {pathlib.Path(lg.__file__).parent}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,27 +62,21 @@ def main() -> None:
         for n in (int(s) for s in args.sizes.split(",")):
             root = pathlib.Path(tmp) / f"n{n}"
             folders = write_corpus(root, n, distinct=True)
-            specs = {str(f): read_folder(f) for f in folders}
+            reads = dict(zip(map(str, folders), read_recipes(folders), strict=True))
             print(f"\n{n:,} tiny adapters, distinct files")
             search = per_adapter(lambda: discovery.discover_all([root]), n, args.repeat)  # noqa: B023
             print(f"  the search alone                         {search:6.1f} us per adapter")
             for name, lim in limits.items():
-                checker.read_folders = lambda batch: [specs[str(f)] for f in batch]  # noqa: B023
+                checker.read_recipes = lambda batch: [reads[str(f)] for f in batch]  # noqa: B023
                 try:
-                    shared = per_adapter(lambda: lg.check_adapters(root, lim), n, args.repeat)  # noqa: B023
-                    undo = _no_sharing(memo_module)
-                    try:
-                        alone = per_adapter(lambda: lg.check_adapters(root, lim), n, args.repeat)  # noqa: B023
-                    finally:
-                        undo()
+                    part = per_adapter(lambda: lg.check_adapters(root, lim), n, args.repeat)  # noqa: B023
                 finally:
-                    checker.read_folders = read_folders
+                    checker.read_recipes = read_recipes
                 whole = per_adapter(lambda: lg.check_adapters(root, lim), n, args.repeat)  # noqa: B023
                 report = lg.check_adapters(root, lim)
                 to_json = per_adapter(report.to_json, n, args.repeat)
-                print(f"  {name:12s} checking part: {shared:6.1f} us per adapter "
-                      f"({alone:6.1f} with nothing shared); to_json {to_json:5.1f}; "
-                      f"whole check_adapters {whole:6.1f}")
+                print(f"  {name:12s} checking part: {part:6.1f} us per adapter; "
+                      f"to_json {to_json:5.1f}; whole check_adapters {whole:6.1f}")
 
 
 if __name__ == "__main__":

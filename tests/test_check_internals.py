@@ -80,14 +80,14 @@ def test_a_bug_in_the_reader_is_lg900_for_its_adapter_only(
     for name, rank in (("a", 8), ("b", 64), ("c", 8)):
         write_adapter(tmp_path / "set" / name, rank=rank)
     monkeypatch.delenv("LORA_GUARD_DEBUG", raising=False)
-    real = adapters.build_spec
+    real = adapters.member_spec
 
     def fails_on_b(folder: pathlib.Path, *args: object, **kwargs: object) -> object:
         if folder.name == "b":
             _broken_check()
         return real(folder, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(adapters, "build_spec", fails_on_b)
+    monkeypatch.setattr(adapters, "member_spec", fails_on_b)
     report = lg.check_adapters(tmp_path / "set", lg.ServingLimits(max_rank=16))
     assert report.codes() == ["LG900"]
     assert report.violations[0].subject.endswith("/b'")

@@ -365,7 +365,7 @@ def test_the_fast_key_split_agrees_with_the_suffix_rules() -> None:
     splits as the suffix-by-suffix rules split it."""
     import itertools
 
-    from lora_guard._reading import adapters
+    from lora_guard._reading import grammar
 
     pieces = ("base_model.model.", "model.layers.0.", "q_proj", ".lora_", "A", "B", ".weight",
               ".bias", "embedding_A", "magnitude_vector", ".token_adapter",
@@ -375,11 +375,11 @@ def test_the_fast_key_split_agrees_with_the_suffix_rules() -> None:
     for key in keys:
         plain = None
         name = key.removeprefix("base_model.model.")
-        for suffix, role in adapters._SUFFIX_ROLES:
+        for suffix, role in grammar._SUFFIX_ROLES:
             if name.endswith(suffix) and len(name) > len(suffix):
                 plain = (name[: -len(suffix)], role)
                 break
-        assert adapters._split_key(key) == plain, key
+        assert grammar._split_key(key) == plain, key
 
 
 def test_folders_read_in_phases_give_what_each_read_gives(tmp_path: pathlib.Path) -> None:

@@ -17,17 +17,20 @@ from lora_guard._checking.checks import MoELayout
 from lora_guard._checking.discovery import PathOrSpec, Target, as_list, discover_all, folder_path
 from lora_guard._checking.limits import ServingLimits, limits_argument
 from lora_guard._checking.report import SCHEMA_VERSION, SET, Report
-from lora_guard._checking.rules.memo import Memo
+from lora_guard._checking.rules.recipe_outcome import RecipeOutcome
 from lora_guard._checking.rules.shared import Expected
 from lora_guard._checking.run_checks import check_spec, spec_violations
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import (
     AdapterSpec,
     Malformed,
+    Read,
+    Recipe,
     load_spec,
     malformed_violation,
-    read_folders,
+    read_recipes,
 )
+from lora_guard._reading.bounded import Bounded
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -99,16 +102,16 @@ def check_adapters(
 
 
 _BATCH = 32
-"""Adapters read together, a phase at a time (`read_folders`), then checked one by one."""
+"""Adapters read together, a phase at a time (`read_recipes`), then checked one by one."""
 
 
-def _read_found(batch: list[tuple[str, Target]]) -> list[AdapterSpec | Exception | None]:
-    """What `read_folders` gives each folder the search found in ``batch``; None for the
+def _read_found(batch: list[tuple[str, Target]]) -> list[Read | Exception | None]:
+    """What `read_recipes` gives each folder the search found in ``batch``; None for the
     other targets (given specs, remote reads, named paths), which `_read` reads."""
     found = [i for i, (_, target) in enumerate(batch) if type(target) is str]
-    reads: list[AdapterSpec | Exception | None] = [None] * len(batch)
+    reads: list[Read | Exception | None] = [None] * len(batch)
     if found:
-        results = read_folders([folder_path(cast(str, batch[i][1])) for i in found])
+        results = read_recipes([folder_path(cast(str, batch[i][1])) for i in found])
         for i, result in zip(found, results, strict=True):
             reads[i] = result
     return reads
@@ -167,11 +170,13 @@ def _unreadable(adapter_id: str, subject: str, exc: Exception) -> Violation:
 
 
 def _verdict(adapter_id: str, subject: str, spec: AdapterSpec, limits: ServingLimits,
-             scan_values: bool, memo: Memo | None = None) -> tuple[list[Violation], bool]:
+             scan_values: bool, shared: RecipeOutcome | None = None,
+             ) -> tuple[list[Violation], bool]:
     """Every check of one readable adapter: its violations (LG900 for a bug in a check), and
-    whether the checks ran to the end."""
+    whether the checks ran to the end; ``shared``: what its recipe's adapters checked before
+    it found about what they share."""
     try:
-        found = check_spec(subject, spec, limits, memo=memo)
+        found = check_spec(subject, spec, limits, shared=shared)
         if scan_values:
             from lora_guard._checking.values import (
                 scan_violations,  # reads values: only when asked
@@ -192,7 +197,8 @@ def _verdict(adapter_id: str, subject: str, spec: AdapterSpec, limits: ServingLi
 
 class _SetCheck:
     """One pass over a set of adapters: each adapter's verdict as it is read, and only what
-    the checks across the set need (the first MoE layout, the ranks of ``rank-from-set``)."""
+    the checks across the set need (the first MoE layout, the ranks of ``rank-from-set``).
+    What a recipe's adapters share is checked with the first of them (`RecipeOutcome`)."""
 
     def __init__(self, limits: ServingLimits, scan_values: bool) -> None:
         self.limits = limits
@@ -205,26 +211,29 @@ class _SetCheck:
                               and limits.max_rank is None)
         self.largest_r: int | None = None
         self.patterns: list[tuple[str, Mapping[str, Any]]] = []
-        self.memo = Memo()
+        self.outcomes: Bounded[Recipe, RecipeOutcome] = Bounded(
+            256, "each recipe's outcomes in this run (a recipe pushed out is checked again)")
 
     def add(self, adapter_id: str, target: Target,
-            read_already: AdapterSpec | Exception | None = None) -> None:
+            read_already: Read | Exception | None = None) -> None:
         """Check one adapter: ``read_already`` is its spec or the error reading it raised,
         when it was read with others (`_read_found`); else it is read here."""
         self.ids.append(adapter_id)
         subject = f"adapter {adapter_id!r}"
         read: AdapterSpec | Violation
+        shared = None
         if read_already is None:
             read = _read(adapter_id, subject, target)
         elif isinstance(read_already, Exception):
             read = _unreadable(adapter_id, subject, read_already)
         else:
-            read = read_already
+            read = read_already.spec
+            shared = self.outcomes.get_or_make(read_already.recipe, RecipeOutcome)
         if isinstance(read, Violation):
             self.by_adapter[adapter_id] = (read,)
             return
         found, checked = _verdict(adapter_id, subject, read, self.limits, self.scan_values,
-                                  self.memo)
+                                  shared)
         if checked:
             self.specs.append(read)
             self._across(adapter_id, read, found)

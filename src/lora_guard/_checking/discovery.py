@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from typing import Any, Union
 
 from lora_guard._reading.adapters import AdapterSpec, Malformed, is_adapter_dir, join_name
+from lora_guard._reading.bounded import Bounded
 
 __all__ = [
     "MAX_SEARCH_DEPTH",
@@ -190,8 +191,8 @@ def as_list(paths_or_specs: PathOrSpec | Iterable[PathOrSpec]) -> list[PathOrSpe
 
 
 
-_PARENTS: dict[str, pathlib.Path] = {}
-"""The last folders' paths, by their text (at most 64: the folders of one search)."""
+_PARENTS: Bounded[str, pathlib.Path] = Bounded(
+    64, "the last searched folders' paths, by their text (the folders of one search)")
 
 
 def folder_path(found: str) -> pathlib.Path:
@@ -200,9 +201,4 @@ def folder_path(found: str) -> pathlib.Path:
     head, _, name = found.rpartition(os.sep)
     if not head or not name:
         return pathlib.Path(found)
-    parent = _PARENTS.get(head)
-    if parent is None:
-        if len(_PARENTS) >= 64:
-            _PARENTS.clear()
-        parent = _PARENTS[head] = pathlib.Path(head)
-    return parent / name
+    return _PARENTS.get_or_make(head, lambda: pathlib.Path(head)) / name

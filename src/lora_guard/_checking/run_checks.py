@@ -10,7 +10,7 @@ from lora_guard._checking.invariants import CHECKS, adapter_codes
 from lora_guard._checking.limits import ServingLimits, limits_argument, names, positive_int
 from lora_guard._checking.registry import plugin_checks
 from lora_guard._checking.rules.context import AdapterContext
-from lora_guard._checking.rules.memo import Memo
+from lora_guard._checking.rules.recipe_outcome import RecipeOutcome
 from lora_guard._checking.rules.shared import Expected
 from lora_guard._core.errors import Violation
 from lora_guard._reading.adapters import AdapterSpec
@@ -21,12 +21,12 @@ __all__ = ["check_spec", "spec_violations"]
 def check_spec(subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                vocab_size: int | None = None,
                module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
-               memo: Memo | None = None,
+               shared: RecipeOutcome | None = None,
                ) -> list[Violation]:
     """Every check of one adapter, in report order (each check's violations together, the
     built-in checks by position, then those of ``adapter_invariant`` by code)."""
     ctx = AdapterContext(subject, spec, limits, vocab_size=vocab_size,
-                         module_dims=module_dims, memo=memo)
+                         module_dims=module_dims, shared=shared)
     found: list[Violation] = []
     for check in _CHECKS:
         found += check(ctx)

@@ -24,7 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from lora_guard._core.errors import Violation, make_violation
-from lora_guard._reading.adapters import AdapterSpec, Malformed, _open_regular
+from lora_guard._reading.adapters import AdapterSpec, Malformed
+from lora_guard._reading.files import open_regular
 from lora_guard._reading.safetensors import HeaderError, TensorInfo, read_header_from_fd
 
 __all__ = ["CHUNK", "scan_violations", "tensor_stats"]
@@ -242,7 +243,7 @@ def scan_violations(spec: AdapterSpec, subject: str) -> list[Violation]:
     if spec.url is not None or spec.weights_file is None:
         return []
     try:
-        opened = _open_regular(spec.path, spec.weights_file)
+        opened = open_regular(spec.path, spec.weights_file)
         if opened is None:
             raise Malformed(spec.weights_file, "disappeared before its values were scanned")
         fd, stat = opened

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
@@ -223,10 +224,11 @@ def _is_ours(filename: str) -> bool:
 def _caller() -> tuple[str, int]:
     """Where the user's code hit the guard (``file:line in function``), and the stacklevel
     that points a warning there: the first frame outside lora_guard and its generated code."""
-    frame = sys._getframe(1)
+    here = inspect.currentframe()
+    frame = here.f_back if here is not None else None
     depth = 1
     while frame is not None and _is_ours(frame.f_code.co_filename):
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
         depth += 1
     if frame is None:
         return "", 2

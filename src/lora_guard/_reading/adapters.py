@@ -6,33 +6,67 @@ vectors, ``lora_B.bias``, ``modules_to_save`` and saved embedding weights, train
 ``rank_pattern``, embeddings, ``target_parameters`` and the four MoE layouts.
 """
 
+
 from __future__ import annotations
 
-import errno
-import importlib
-import math
+import hashlib
 import os
 import pathlib
-import re
 import stat
-import sys
 import types
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from lora_guard._core.errors import Violation, make_violation
 from lora_guard._core.frozen import builder
-from lora_guard._reading.moe import MoELayout, moe_layout
+from lora_guard._reading.bounded import Bounded, forget_all
+from lora_guard._reading.config import (
+    FEATURES,
+    INIT_METHODS,
+    FrozenConfig,
+    _features,
+    _read_config,
+    _read_only,
+    added_tokens_of,
+    checked_config,
+    init_method,
+    parse_config,
+    parse_json_config,
+    pattern_value,
+    read_config,
+)
+from lora_guard._reading.files import (
+    _close_all,
+    _lexists,
+    _open_folder,
+    _read_fd,
+    _read_weights,
+    _reason,
+    is_adapter_dir,
+    join_name,
+    open_regular,
+)
+from lora_guard._reading.grammar import (
+    LoRAModuleSpec,
+    Parts,
+    parameter_key,
+    parts_of,
+)
+from lora_guard._reading.malformed import (
+    ADDED_TOKENS_NAME,
+    CONFIG_NAME,
+    MAX_CONFIG_BYTES,
+    PEFT_METHODS,
+    WEIGHTS_NAME,
+    Malformed,
+    NotLoRA,
+    malformed_violation,
+)
+from lora_guard._reading.moe import MoELayout
 from lora_guard._reading.safetensors import (
-    OPEN_FLAGS,
-    DuplicateKey,
     HeaderError,
-    NonFinite,
     TensorInfo,
-    json_value_bound,
-    read_header_from_fd,
-    strict_json,
+    parse_header,
 )
 
 __all__ = [
@@ -43,6 +77,7 @@ __all__ = [
     "PEFT_METHODS",
     "WEIGHTS_NAME",
     "AdapterSpec",
+    "FrozenConfig",
     "LoRAModuleSpec",
     "Malformed",
     "NotLoRA",
@@ -63,264 +98,6 @@ __all__ = [
     "read_folder",
     "read_folders",
 ]
-
-CONFIG_NAME = "adapter_config.json"
-WEIGHTS_NAME = "adapter_model.safetensors"
-ADDED_TOKENS_NAME = "added_tokens.json"
-_PICKLE_NAMES = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth", "pytorch_model.bin")
-MAX_CONFIG_BYTES = 10_000_000
-_PREFIX = "base_model.model."
-_EMBEDDING_NAMES = ("embed_tokens", "lm_head", "wte", "embed_in", "word_embeddings",
-                    "embed_out", "tok_embeddings", "output")
-
-FEATURES: Mapping[str, str] = types.MappingProxyType({
-    "dora": "use_dora",
-    "lora_bias": "lora_bias",
-    "bias": "bias",
-    "modules_to_save": "modules_to_save",
-    "trainable_tokens": "trainable_token_indices",
-    "peft_type": "peft_type",
-    "alora": "alora_invocation_tokens",
-    "layer_replication": "layer_replication",
-    "qalora": "use_qalora",
-    "bdlora": "use_bdlora",
-    "added_tokens": ADDED_TOKENS_NAME,
-})
-"""Config features that change the forward pass, by the name ``ServingLimits(allow=...)``
-takes, with the ``adapter_config.json`` field that turns each on (for ``added_tokens``, the
-file of the folder)."""
-
-_LAYER = re.compile(r"\.(?:layers|h|blocks|layer|decoder\.layers)\.(\d+)\.")
-_EXPERT = re.compile(r"\.experts\.(\d+)\.")
-MAX_INDEX_DIGITS = 9
-"""Most digits of a layer or expert index in a weight's name (a billion layers): a longer one
-is refused by name, never handed to ``int`` (which refuses past 4,300 digits in its own
-words)."""
-
-
-def _index(digits: str, module: str, what: str) -> int:
-    """A layer or expert index of a module's name, at most `MAX_INDEX_DIGITS` digits."""
-    if len(digits) > MAX_INDEX_DIGITS:
-        raise Malformed(WEIGHTS_NAME, f"module {module!r} has {what} index of {len(digits):,} "
-                        f"digits; no model has that many (at most {MAX_INDEX_DIGITS} digits)")
-    return int(digits)
-
-
-class Malformed(Exception):
-    """An adapter that cannot be read safely: which file, and the problem."""
-
-    code = "LG108"  # a subclass reports another code (LG140: a remote read failed)
-
-    def __init__(self, file: str, problem: str, *, kind: str = "malformed",
-                 **details: Any) -> None:
-        self.file = file
-        self.problem = problem
-        self.kind = kind  # the LG108 message variant, which picks the fitting fix
-        self.details = details  # more values for the message of a subclass's code
-        super().__init__(f"{file}: {problem}")
-
-
-class NotLoRA(Malformed):
-    """An adapter of another PEFT method (LoHa, IA3, ...): LG117, not a LoRA to check."""
-
-    code = "LG117"
-
-    def __init__(self, peft_type: object) -> None:
-        text = str(peft_type)
-        method = PEFT_METHODS.get(text, text)
-        super().__init__(CONFIG_NAME, f"peft_type {text!r} is {method}, not LoRA",
-                         kind="method", method=method, peft_type=text)
-
-
-PEFT_METHODS: Mapping[str, str] = types.MappingProxyType({
-    "ADALORA": "AdaLoRA", "ADAPTION_PROMPT": "adaption prompt", "BOFT": "BOFT",
-    "BONE": "Bone", "C3A": "C3A", "CPT": "CPT", "DELORA": "DeLoRA", "FOURIERFT": "FourierFT",
-    "GRALORA": "GraLoRA", "HRA": "HRA", "IA3": "IA3", "LN_TUNING": "LayerNorm tuning",
-    "LOHA": "LoHa", "LOKR": "LoKr", "MISS": "MiSS",
-    "MULTITASK_PROMPT_TUNING": "multitask prompt tuning", "OFT": "OFT", "OSF": "OSF",
-    "P_TUNING": "P-tuning", "POLY": "Poly", "PREFIX_TUNING": "prefix tuning",
-    "PROMPT_TUNING": "prompt tuning", "RANDLORA": "RandLoRA", "ROAD": "RoAd",
-    "SHIRA": "SHiRA", "TRAINABLE_TOKENS": "trainable tokens", "VBLORA": "VB-LoRA",
-    "VERA": "VeRA", "WAVEFT": "WaveFT", "XLORA": "X-LoRA",
-})
-"""Display names of PEFT's other methods, by ``peft_type``."""
-
-INIT_METHODS: Mapping[str, str] = types.MappingProxyType({
-    "pissa": "PiSSA", "olora": "OLoRA", "corda": "CorDA", "lora_ga": "LoRA-GA",
-    "loftq": "LoftQ",
-})
-"""``init_lora_weights`` values whose initialisation rewrites the base weights (PiSSA also as
-``pissa_niter_<n>``), with their names: such an adapter serves only on the rewritten base."""
-
-
-def init_method(config: Mapping[str, Any]) -> str | None:
-    """The name of the base-rewriting initialisation an adapter was saved with, or None
-    (converted adapters say ``init_lora_weights: true``).
-
-    Example:
-        >>> from lora_guard._reading.adapters import init_method
-        >>> init_method({"init_lora_weights": "pissa_niter_4"})
-        'PiSSA'
-        >>> init_method({"init_lora_weights": True}) is None
-        True
-    """
-    value = config.get("init_lora_weights")
-    if not isinstance(value, str):
-        return None
-    text = value.lower()
-    if text.startswith("pissa"):
-        return INIT_METHODS["pissa"]
-    return INIT_METHODS.get(text)
-
-
-@dataclass(frozen=True, slots=True)
-class LoRAModuleSpec:
-    """One LoRA module of an adapter: its A and B halves as the safetensors header shows them.
-
-    ``kind`` is ``"linear"``, ``"embedding"``, ``"moe-per-expert"`` (2D weights under
-    ``experts.<i>.``), ``"moe-packed"`` (3D under an experts module, dim 0 = experts or 1),
-    ``"moe-flat"`` (PEFT ``target_parameters``, rank x experts rows) or ``"conv"`` (a
-    convolution's halves: A ``(r, in, *kernel)``, B ``(out, r, *kernel)``). ``rank`` is
-    the rank per expert when the expert count is known; a half that is missing has shape
-    None (an orphan).
-
-    Example:
-        >>> import lora_guard as lg
-        >>> m = lg.LoRAModuleSpec(module="model.layers.0.self_attn.q_proj", target="q_proj",
-        ...     kind="linear", rank=8, a_shape=(8, 64), b_shape=(64, 8), dtype="float16", layer=0)
-        >>> m.in_features, m.out_features
-        (64, 64)
-    """
-
-    module: str
-    """Module path in the base model, e.g. ``model.layers.0.self_attn.q_proj``."""
-    target: str
-    """The module type servers name it by: ``q_proj``, ``gate_up_proj``, ``embed_tokens``."""
-    kind: str
-    """``linear``, ``embedding``, ``moe-per-expert``, ``moe-packed``, ``moe-flat`` or ``conv``."""
-    rank: int | None
-    """Rank (per expert for MoE); None when it cannot be told (empty or missing halves)."""
-    a_shape: tuple[int, ...] | None
-    """Shape of lora_A (``lora_embedding_A``), None when it is missing."""
-    b_shape: tuple[int, ...] | None
-    """Shape of lora_B (``lora_embedding_B``), None when it is missing."""
-    dtype: str
-    """dtype of the halves (the first one's when they differ)."""
-    layer: int | None = None
-    """Layer index, when the module path has one."""
-    expert: int | None = None
-    """Expert index for per-expert MoE weights."""
-    experts: int | None = None
-    """Expert count held by a packed or flat MoE module (None when unknown or dense)."""
-    a_key: str | None = None
-    """Tensor key of the A half."""
-    b_key: str | None = None
-    """Tensor key of the B half."""
-
-    @property
-    def in_features(self) -> int | None:
-        """A's in dim (its last dim; a convolution's in channels); the vocab for an embedding."""
-        if self.kind == "conv":
-            return self.a_shape[1] if self.a_shape and len(self.a_shape) > 1 else None
-        return self.a_shape[-1] if self.a_shape else None
-
-    @property
-    def out_features(self) -> int | None:
-        """B's out dim (its second to last dim; a convolution's out channels)."""
-        if self.kind == "conv":
-            return self.b_shape[0] if self.b_shape else None
-        return self.b_shape[-2] if self.b_shape and len(self.b_shape) >= 2 else None
-
-
-class FrozenConfig(Mapping[str, Any]):
-    """A read-only ``adapter_config.json``: what `AdapterSpec.config` holds.
-
-    It reads like the dict it was built from (``[]``, ``get``, ``in``, iteration in the file's
-    order, ``==`` with a dict, ``dict(config)`` for a copy) but cannot be changed, and it is
-    small: the values sit in one tuple (short strings interned), and the field names with
-    their positions are shared by every config with the same fields in the same order (the
-    configs one PEFT version writes). 100,000 adapters keep about 0.4 kB of config each,
-    where a dict takes about 1.4 kB.
-
-    Example:
-        >>> from lora_guard._reading.adapters import FrozenConfig
-        >>> config = FrozenConfig({"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]})
-        >>> config["r"], config.get("bias", "none"), "lora_alpha" in config
-        (8, 'none', True)
-        >>> config == {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}
-        True
-    """
-
-    __slots__ = ("_index", "_values")
-
-    def __init__(self, config: Mapping[str, Any]) -> None:
-        keys = tuple(config)
-        index = _INDEXES.get(keys)
-        if index is None:
-            index = {sys.intern(k): i for i, k in enumerate(keys)}
-            if len(_INDEXES) >= 1024:
-                _INDEXES.clear()
-            _INDEXES[keys] = index
-        self._index: Mapping[str, int] = index
-        self._values: tuple[Any, ...] = tuple([
-            v if v is None or v is False or v is True  # most fields: told by identity
-            else _intern(v) if type(v) is str and len(v) <= 200
-            else _shared(v) if (type(v) is list or type(v) is dict) and len(v) < 9 else v
-            for v in config.values()])
-
-    def __getitem__(self, key: str) -> Any:
-        return self._values[self._index[key]]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """The value of ``key``, or ``default`` when the config has no such field."""
-        i = self._index.get(key)
-        return default if i is None else self._values[i]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._index
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._index)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __repr__(self) -> str:
-        return f"FrozenConfig({dict(self)!r})"
-
-    def copy(self) -> dict[str, Any]:
-        """A plain dict of the fields (a copy the caller may change)."""
-        return dict(zip(self._index, self._values, strict=True))
-
-    def __or__(self, other: Mapping[str, Any]) -> dict[str, Any]:
-        return {**self.copy(), **other}
-
-
-_INDEXES: dict[tuple[str, ...], dict[str, int]] = {}
-_intern = sys.intern
-
-
-_NO_STRINGS: Mapping[str, Any] = types.MappingProxyType({})
-_LISTS: dict[tuple[str, ...], list[str]] = {}
-
-
-def _shared(value: list[Any] | dict[str, Any]) -> Any:
-    """A short list of short strings (``target_modules``) shared with the equal lists of
-    other configs; an empty object (``rank_pattern: {}``) as one shared read-only mapping."""
-    if type(value) is dict:
-        return value if value else _NO_STRINGS
-    key = tuple(value)
-    try:  # a list equal to a remembered one holds the same short strings: no look at them
-        found = _LISTS.get(key)
-    except TypeError:  # an unhashable item (a list or an object)
-        return value
-    if found is None:
-        if not all(type(v) is str and len(v) <= 200 for v in value):
-            return value
-        if len(_LISTS) >= 4096:
-            _LISTS.clear()
-        found = _LISTS[key] = [_intern(v) for v in value]
-    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,834 +167,6 @@ class AdapterSpec:
         return "dense" if self.moe_layout is None else self.moe_layout.value
 
 
-# --- files ---------------------------------------------------------------------------------
-
-
-def is_adapter_dir(path: str | os.PathLike[str]) -> bool:
-    """A folder that holds an adapter config or adapter weights (looked up by name, the
-    config first, stopping at the first found: no listing, so a folder of 100,000 files
-    costs one lookup, a folder that is not an adapter six)."""
-    try:
-        base = os.fspath(path)
-        for name in _ADAPTER_ORDER:  # a loop: any() of a generator costs 0.7 us a folder
-            if _lexists(join_name(base, name)):
-                return True
-    except (OSError, ValueError, TypeError):  # bytes, a NUL: no adapter folder
-        pass
-    return False
-
-
-def _lexists(path: str, dir_fd: int | None = None) -> bool:
-    """``os.path.lexists`` without a stat result: one ``faccessat`` that does not follow a
-    link where the platform has it (the search asks it of every folder, the reader of every
-    adapter's ``added_tokens.json``)."""
-    if not _ACCESS_NOFOLLOW:
-        return os.path.lexists(path)
-    try:
-        return os.access(path, os.F_OK, follow_symlinks=False, dir_fd=dir_fd)
-    except (OSError, ValueError):  # a NUL in the name, a name too long
-        return False
-
-
-_ADAPTER_ORDER = (CONFIG_NAME, WEIGHTS_NAME, *_PICKLE_NAMES)
-_SEPARATORS = "/\\:" if os.name == "nt" else "/"
-
-
-def join_name(base: str, name: str) -> str:
-    """``os.path.join(base, name)`` for a plain file or folder name (no separator, not
-    absolute), without the generality that makes it cost a microsecond per call.
-
-    Example:
-        >>> from lora_guard._reading.adapters import join_name
-        >>> join_name("adapters/math", "adapter_config.json")
-        'adapters/math/adapter_config.json'
-    """
-    return base + name if not base or base[-1] in _SEPARATORS else base + os.sep + name
-
-
-def _link_root(folder: pathlib.Path) -> str:
-    """Where the files of ``folder`` may link to: the folder itself, or for a Hugging Face
-    cache snapshot (``models--org--name/snapshots/<revision>/``, whose files link to
-    ``../../blobs/``) the cached repository that holds it."""
-    real = os.path.realpath(folder)
-    parent = os.path.dirname(real)
-    if os.path.basename(parent) == "snapshots" and os.path.isdir(
-            os.path.join(os.path.dirname(parent), "blobs")):
-        return os.path.dirname(parent)
-    return real
-
-
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_ACCESS_NOFOLLOW = os.access in os.supports_follow_symlinks
-
-
-def _reason(exc: OSError) -> str:
-    return exc.strerror or type(exc).__name__
-
-
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-_BY_DIR_FD = (os.open in os.supports_dir_fd and os.access in os.supports_dir_fd
-              and hasattr(os, "O_DIRECTORY") and bool(_NOFOLLOW) and _ACCESS_NOFOLLOW)
-"""Files are opened relative to their folder's descriptor (POSIX): the folder read is the
-folder found, even if its path is swapped for a symlink in between."""
-
-
-def _open_folder(folder: pathlib.Path, follow: bool) -> int | None:
-    """A descriptor of ``folder`` (None where the platform has no ``dir_fd``); a symlink is
-    followed only when ``follow`` (a path the user named), never for a folder the search
-    found: one swapped for a symlink since is refused, not read where it leads."""
-    if not _BY_DIR_FD:
-        return None
-    try:
-        return os.open(folder, _DIR_FLAGS | (0 if follow else _NOFOLLOW))
-    except OSError as exc:
-        if not follow and os.path.islink(folder):
-            raise Malformed(str(folder), "was replaced by a symlink after it was found; a "
-                            "link is not followed when a folder is searched (pass its target "
-                            "to check it)", kind="link") from None
-        raise Malformed(str(folder), f"cannot be opened ({_reason(exc)})",
-                        kind="not-found") from None
-
-
-def _folder_path(folder: pathlib.Path, dir_fd: int | None) -> str:
-    """Where the folder opened as ``dir_fd`` really is (its descriptor's path, where the
-    platform tells it), else its path as given."""
-    if dir_fd is not None:
-        opened = _opened_path(dir_fd)
-        if opened is not None:
-            return opened
-    return os.fspath(folder)
-
-
-def _open_regular(folder: pathlib.Path, name: str,
-                  dir_fd: int | None = None) -> tuple[int, os.stat_result] | None:
-    """``folder/name`` opened once (``O_NOFOLLOW | O_NONBLOCK``) and its ``fstat``, or None
-    when it does not exist. Everything after this reads through the descriptor, so nothing
-    can be swapped in between. A symlink is followed only when it stays inside the folder
-    (or the Hugging Face cache repository holding a snapshot folder); a FIFO, a device or a
-    folder is refused without blocking; a hard link to a file someone else owns is refused
-    (a hard link cannot tell where its other names are; one owned by another user is how a
-    file outside the folder gets in, while one of your own is a dedup or a copy)."""
-    try:
-        if dir_fd is None:
-            fd = os.open(join_name(os.fspath(folder), name), OPEN_FLAGS | _NOFOLLOW)
-        else:
-            fd = os.open(name, OPEN_FLAGS | _NOFOLLOW, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        path = join_name(_folder_path(folder, dir_fd), name)
-        if exc.errno not in (errno.ELOOP, errno.EMLINK) or not os.path.islink(path):
-            raise Malformed(name, f"cannot be opened ({_reason(exc)})") from None
-        fd = _open_link(pathlib.Path(_folder_path(folder, dir_fd)), name, path)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise Malformed(name, "not a regular file")
-        if (info.st_nlink > 1 and hasattr(os, "geteuid")
-                and info.st_uid != os.geteuid()):
-            raise Malformed(name, f"a hard link ({info.st_nlink} names) to a file owned by "
-                            "another user; refused as possibly outside the folder", kind="link")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, info
-
-
-def _open_link(folder: pathlib.Path, name: str, path: str) -> int:
-    """Open the target of the symlink ``path`` if it resolves inside the link root."""
-    try:
-        target = os.readlink(path)
-        root = _link_root(folder)
-        real = os.path.realpath(path)
-    except (OSError, ValueError) as exc:
-        reason = _reason(exc) if isinstance(exc, OSError) else str(exc)
-        raise Malformed(name, f"symlink cannot be resolved ({reason})") from None
-    if not _within(real, root):
-        raise Malformed(name, f"path leads outside the adapter folder (symlink to "
-                        f"{target}); refused", kind="link")
-    try:
-        fd = os.open(real, OPEN_FLAGS | _NOFOLLOW)
-    except OSError as exc:
-        raise Malformed(name, f"symlink to {target} leads nowhere ({_reason(exc)})") from None
-    opened = _opened_path(fd)  # a folder on the way swapped for a link since realpath
-    if opened is not None and not _within(opened, root):
-        os.close(fd)
-        raise Malformed(name, f"path leads outside the adapter folder (symlink to "
-                        f"{target}, changed while opened); refused", kind="link")
-    return fd
-
-
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _opened_path(fd: int) -> str | None:
-    """Where an open descriptor really is (Linux /proc), or None where that cannot be told."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return None
-
-
-def _read_fd(fd: int, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    left = limit
-    while left > 0:
-        want = min(left, 1 << 22)
-        chunk = os.read(fd, want)
-        chunks.append(chunk)
-        left -= len(chunk)
-        if len(chunk) < want:  # a regular file reads short only at its end
-            break
-    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
-
-
-def read_config(folder: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
-    """``adapter_config.json`` of an adapter folder as a dict, and its size in bytes.
-
-    Read as strictly as `inspect_adapter` reads it (no symlink out of the folder, a size cap,
-    no duplicate keys or NaN), but not checked for LoRA's fields, so a caller can look at
-    ``peft_type`` first. Raises `Malformed` when it cannot be read.
-    """
-    raw = _config_bytes(folder if isinstance(folder, pathlib.Path) else pathlib.Path(folder))
-    return parse_config(raw), len(raw)
-
-
-def _config_bytes(folder: pathlib.Path, dir_fd: int | None = None) -> bytes:
-    opened = _open_regular(folder, CONFIG_NAME, dir_fd)
-    if opened is None:
-        raise Malformed(CONFIG_NAME, "missing; an adapter folder needs adapter_config.json")
-    fd, info = opened
-    try:
-        if info.st_size > MAX_CONFIG_BYTES:
-            raise Malformed(CONFIG_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
-        raw = _read_fd(fd, info.st_size + 1)  # a buffer of the file's size, not of the cap
-        if len(raw) > info.st_size:  # it grew since fstat: read on, up to the cap
-            raw += _read_fd(fd, MAX_CONFIG_BYTES + 1 - len(raw))
-    except OSError as exc:
-        raise Malformed(CONFIG_NAME, f"cannot be read ({_reason(exc)})") from None
-    finally:
-        os.close(fd)
-    return raw
-
-
-def parse_config(raw: bytes) -> dict[str, Any]:
-    """``adapter_config.json``'s bytes as a dict, as strictly as `read_config` reads a file
-    (the size cap, no duplicate keys or NaN); raises `Malformed`. Remote reads use it too."""
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise Malformed(CONFIG_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
-    return parse_json_config(raw, CONFIG_NAME)
-
-
-MAX_CONFIG_VALUES = 200_000
-"""Most JSON values a config may hold (an upper bound counted before parsing): a real one has
-a few hundred, a big ``rank_pattern`` a few thousand. Bounds the parse to about 20 MB."""
-
-
-def parse_json_config(raw: bytes, file: str) -> dict[str, Any]:
-    """A JSON object from ``raw`` (a config file's bytes), bounded and strict: no duplicate
-    keys, no NaN, at most `MAX_CONFIG_VALUES` values, every failure a `Malformed`."""
-    colons = raw.count(b":")
-    values = json_value_bound(raw, colons) if len(raw) >= MAX_CONFIG_VALUES else 0
-    if values > MAX_CONFIG_VALUES:  # (a shorter text holds fewer values than bytes)
-        raise Malformed(file, f"holds up to {values:,} JSON values, more than the "
-                        f"{MAX_CONFIG_VALUES:,} a config may (memory bound)")
-    try:
-        config = strict_json(raw.decode("utf-8"), colons)
-    except DuplicateKey as exc:
-        raise Malformed(file, f"duplicate key {exc.key!r}") from None
-    except NonFinite as exc:  # NaN/Infinity: not JSON; a NaN alpha is NaN output
-        raise Malformed(file, f"non-standard JSON constant {exc.name}; every number must be "
-                        "finite") from None
-    except UnicodeDecodeError:
-        raise Malformed(file, "not UTF-8 text") from None
-    except RecursionError:
-        raise Malformed(file, "JSON nested too deeply") from None
-    except ValueError as exc:  # also an integer past Python's digit limit
-        raise Malformed(file, f"invalid JSON ({str(exc)[:200]})") from None
-    if not isinstance(config, dict):
-        raise Malformed(file, f"not a JSON object but a {type(config).__name__}")
-    return config
-
-
-def _read_config(
-    folder: pathlib.Path, defaults: Mapping[str, Any] | None = None, dir_fd: int | None = None
-) -> tuple[FrozenConfig, int]:
-    raw = _config_bytes(folder, dir_fd)
-    if defaults or len(raw) > _MAX_REMEMBERED_CONFIG:
-        return FrozenConfig(checked_config(parse_config(raw), defaults)), len(raw)
-    config = _CONFIGS.get(raw)
-    if config is None:
-        config = FrozenConfig(checked_config(parse_config(raw)))
-        if len(_CONFIGS) >= 256:
-            _CONFIGS.clear()
-        _CONFIGS[raw] = config
-    return config, len(raw)
-
-
-_CONFIGS: dict[bytes, FrozenConfig] = {}
-"""Checked configs by their bytes: the adapters of a set trained with one recipe often have
-byte-identical configs, and the same bytes give the same answer, so each is parsed and
-checked once and the (read-only) `FrozenConfig` is shared."""
-_MAX_REMEMBERED_CONFIG = 16 << 10
-
-
-def checked_config(config: dict[str, Any],
-                   defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A parsed config with the loader's defaults filled in, checked for LoRA's fields
-    (`NotLoRA` for another PEFT method)."""
-    peft_type = config.get("peft_type", "LORA")
-    if peft_type != "LORA":
-        raise NotLoRA(peft_type)
-    if defaults:
-        config = {**defaults, **config}
-    _validate_config(config)
-    return config
-
-
-_MAX_PATTERN_KEY = 512
-_MAX_PATTERN_REPEATS = 2
-_MAX_PATTERN_KEYS = 10_000
-MATCH_BUDGET = 2_000_000_000
-"""Worst-case backtracking steps all ``rank_pattern``/``alpha_pattern`` keys of one adapter
-may cost against its module names (a key with ``k`` unbounded repeats costs about
-``len(name) ** (k + 1)`` per name under PEFT's ``(.*\\.)?(key)$`` wrapper); about two
-seconds of matching. Over it, the adapter is LG108 before anything is matched."""
-
-
-def _clip(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
-
-
-def _repeats(parsed: Any, inside_repeat: bool = False) -> tuple[int, bool]:
-    """(unbounded repeats, whether one is nested in another) of a parsed regex."""
-    count, nested = 0, False
-    for op, arg in parsed:
-        children: list[Any] = []
-        repeat = str(op) in ("MAX_REPEAT", "MIN_REPEAT") and arg[1] > 1
-        if repeat:
-            count += 1
-            nested = nested or inside_repeat
-            children = [arg[2]]
-        elif str(op) == "SUBPATTERN":
-            children = [arg[-1]]
-        elif str(op) == "BRANCH":
-            children = list(arg[1])
-            nested = nested or inside_repeat  # (a|aa)*: ambiguous alternatives, repeated
-        elif str(op) in ("ASSERT", "ASSERT_NOT"):
-            children = [arg[1]]
-        for child in children:
-            more, deeper = _repeats(child, inside_repeat or repeat)
-            count, nested = count + more, nested or deeper
-    return count, nested
-
-
-def _regex_problem(key: object, max_repeats: int = _MAX_PATTERN_REPEATS) -> str | None:
-    """Why a rank_pattern/alpha_pattern key must not be matched, or None.
-
-    PEFT matches each key with ``re.match(rf"(.*\\.)?({key})$", module)``; Python's re
-    backtracks without limit and holds the GIL, so a key with nested repetition such as
-    ``(.*)*x`` would hang the checker (and the server). Keys are module names or suffixes in
-    practice: a few ``.*`` at most.
-    """
-    if not isinstance(key, str):
-        return "is not a string"
-    if len(key) > _MAX_PATTERN_KEY:
-        return f"is longer than {_MAX_PATTERN_KEY} characters"
-    try:
-        re.compile(key)
-        count, nested = _repeats(_regex_parser().parse(key))
-    except re.error as exc:
-        return f"is not a regex ({exc})"
-    if nested:
-        return ("nests one repetition in another, which can take exponential time to match; "
-                "use a module name or suffix such as 'q_proj' or 'layers\\.0\\..*'")
-    if len(_REPEATS) > 50_000:
-        _REPEATS.clear()
-    _REPEATS[key] = count
-    if count > max_repeats:
-        return (f"repeats {count} times (at most {max_repeats}), which can take "
-                "polynomial time of high degree to match; use a module name or suffix")
-    return None
-
-
-_REPEATS: dict[str, int] = {}  # unbounded repeats of each key _regex_problem accepted
-
-
-def _pattern_cost(config: Mapping[str, Any], modules: Iterable[str]) -> int:
-    """Worst-case matching steps of the config's pattern keys against ``modules``."""
-    keys = [k for name in ("rank_pattern", "alpha_pattern")
-            for k in (config.get(name) or {})]
-    if not keys:
-        return 0
-    lengths = [len(m) + 64 for m in modules]  # the name PEFT matches can be a little longer
-    total = 0
-    for key in keys:
-        reps = _REPEATS.get(key, _MAX_PATTERN_REPEATS) + 1  # the wrapper's (.*\.)?
-        total += sum(n ** reps for n in lengths)
-        if total > MATCH_BUDGET:
-            break
-    return total
-
-
-_PLAIN = re.compile(r"[\w.-]+")  # a key with no regex syntax but '.' (any character)
-_Matcher = tuple[str, "re.Pattern[str] | None", str, int]
-_PREPARED: dict[tuple[str, ...], list[_Matcher]] = {}
-
-
-def _prepared(keys: tuple[str, ...]) -> list[_Matcher]:
-    """Each key's matcher: for a plain key (the usual module name or suffix) the literal end
-    it must have and its length, so most names are rejected by one ``endswith``; otherwise
-    PEFT's regex, compiled once."""
-    found = _PREPARED.get(keys)
-    if found is None:
-        found = []
-        for key in keys:
-            try:
-                if _PLAIN.fullmatch(key):
-                    found.append((key, re.compile(key), key.rsplit(".", 1)[-1], len(key)))
-                else:
-                    found.append((key, re.compile(rf"(.*\.)?({key})$"), "", -1))
-            except re.error:
-                found.append((key, None, "", -1))
-        if len(_PREPARED) > 256:
-            _PREPARED.clear()
-        _PREPARED[keys] = found
-    return found
-
-
-def _regex_parser() -> Any:
-    try:
-        return importlib.import_module("re._parser")  # Python >= 3.11
-    except ImportError:  # pragma: no cover - Python 3.10
-        return importlib.import_module("sre_parse")
-
-
-_USUAL_FIELDS = ("r", "lora_alpha", "target_modules", "rank_pattern", "alpha_pattern",
-                 "target_parameters", "bias", "modules_to_save")
-_NO_PATTERN: tuple[None, dict[str, Any]] = (None, {})
-"""``x in _NO_PATTERN``: x is null or an empty object (for JSON values)."""
-_BIASES = ("none", "all", "lora_only")
-_STR = {str}
-
-
-def _usual(config: Mapping[str, Any]) -> bool:
-    """Whether the config passes every check of `_validate_config` in one look (positive
-    ``r``, finite ``lora_alpha``, a list of names in ``target_modules``, no patterns,
-    ``target_parameters`` or ``modules_to_save``, a known ``bias``: the usual PEFT config);
-    False only says the checks must run one by one."""
-    fields: Iterator[Any] = map(config.get, _USUAL_FIELDS)
-    r, alpha, targets, ranks, alphas, parameters, bias, saved = fields
-    return (type(r) is int and r >= 1 and type(alpha) in (int, float)
-            and type(targets) is list and {*map(type, targets)} <= _STR
-            and ranks in _NO_PATTERN and alphas in _NO_PATTERN and parameters is None
-            and saved is None and bias in _BIASES
-            and math.isfinite(alpha))  # last: a huge int raises here as in _required_fields
-
-
-def _validate_config(config: Mapping[str, Any]) -> None:
-    if _usual(config):
-        return
-    _required_fields(config)
-    for name in ("rank_pattern", "alpha_pattern"):
-        _pattern_field(config, name)
-    _list_fields(config)
-
-
-def _bad(config: Mapping[str, Any], field_: str, want: str) -> Malformed:
-    return Malformed(CONFIG_NAME, f"field {field_!r} is {config[field_]!r}, {want}")
-
-
-def _required_fields(config: Mapping[str, Any]) -> None:
-    """``r``, ``lora_alpha`` and ``target_modules`` (or ``target_parameters``), well typed."""
-    for required in ("r", "lora_alpha"):
-        if required not in config:
-            raise Malformed(CONFIG_NAME, f"no {required!r} field (PEFT writes it; vLLM "
-                            "requires r, lora_alpha and target_modules)")
-    if "target_modules" not in config and not config.get("target_parameters"):
-        raise Malformed(CONFIG_NAME, "no 'target_modules' field")
-    r = config["r"]
-    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
-        raise _bad(config, "r", "not a positive integer")
-    alpha = config["lora_alpha"]
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha):
-        raise _bad(config, "lora_alpha", "not a finite number")
-
-
-def _pattern_field(config: Mapping[str, Any], name: str) -> None:
-    """``rank_pattern`` / ``alpha_pattern``: module regex -> a number, each regex safe."""
-    pattern = config.get(name)
-    if pattern is None:
-        return
-    if not isinstance(pattern, dict):
-        raise _bad(config, name, "not an object of module-regex -> value")
-    if len(pattern) > _MAX_PATTERN_KEYS:
-        raise Malformed(CONFIG_NAME, f"{name} has {len(pattern):,} keys (at most "
-                        f"{_MAX_PATTERN_KEYS:,}); name fewer modules or use a suffix")
-    for key, value in pattern.items():
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-            math.isfinite(value))
-        if name == "rank_pattern":
-            ok = ok and isinstance(value, int) and value >= 1
-        if not ok:
-            want = "positive integer" if name == "rank_pattern" else "finite number"
-            raise Malformed(CONFIG_NAME, f"{name}[{key!r}] is {value!r}, not a {want}")
-        problem = _regex_problem(key)
-        if problem:
-            raise Malformed(CONFIG_NAME, f"{name} key {_clip(key)!r} {problem}")
-
-
-def _strings(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(t, str) for t in value)
-
-
-def _list_fields(config: Mapping[str, Any]) -> None:
-    """``target_modules``, ``target_parameters``, ``bias`` and ``modules_to_save``."""
-    targets = config.get("target_modules")
-    if targets is not None and not isinstance(targets, str) and not _strings(targets):
-        raise _bad(config, "target_modules", "not a list of module names or a regex string")
-    if isinstance(targets, str):  # PEFT: re.fullmatch(target_modules, every module name)
-        problem = _regex_problem(targets, _MAX_PATTERN_REPEATS + 1)
-        if problem:
-            raise Malformed(CONFIG_NAME, f"target_modules regex {_clip(targets)!r} {problem}")
-    parameters = config.get("target_parameters")
-    if parameters is not None and not _strings(parameters):
-        raise _bad(config, "target_parameters", "not a list of parameter names")
-    if "bias" in config and config["bias"] not in ("none", "all", "lora_only"):
-        raise _bad(config, "bias", "not one of 'none', 'all', 'lora_only'")
-    saved = config.get("modules_to_save")
-    if saved is not None and not _strings(saved):
-        raise _bad(config, "modules_to_save", "not a list of module names")
-
-
-def _read_weights(
-    folder: pathlib.Path, required: bool = True, dir_fd: int | None = None
-) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
-    opened = _open_regular(folder, WEIGHTS_NAME, dir_fd)
-    if opened is None and not required:
-        return {}, {}, 0
-    if opened is None:
-        for name in _PICKLE_NAMES:
-            if os.path.lexists(os.path.join(folder, name)):
-                raise Malformed(name, "pickle weights refused (never unpickled); convert to "
-                                "safetensors", kind="pickle")
-        raise Malformed(WEIGHTS_NAME, "missing; no adapter weights in the folder")
-    fd, info = opened
-    try:
-        tensors, metadata, size = read_header_from_fd(fd, info.st_size)
-    except HeaderError as exc:
-        raise Malformed(WEIGHTS_NAME, exc.problem) from None
-    except OSError as exc:
-        raise Malformed(WEIGHTS_NAME, f"cannot be read ({_reason(exc)})") from None
-    finally:
-        os.close(fd)
-    return tensors, metadata, size
-
-
-# --- key grammar ---------------------------------------------------------------------------
-
-
-def pattern_value(pattern: Mapping[str, Any], module: str) -> Any:
-    """PEFT's first-match rule: the value of the first key with
-    ``re.match(rf"(.*\\.)?({key})$", module)``, or None.
-
-    Example:
-        >>> from lora_guard._reading.adapters import pattern_value
-        >>> pattern_value({"k_proj": 4, "layers.1.self_attn.q_proj": 16},
-        ...               "model.layers.1.self_attn.q_proj")
-        16
-    """
-    if not pattern:
-        return None
-    keys = tuple(k for k in pattern if isinstance(k, str))
-    for key, regex, end, size in _prepared(keys):
-        if regex is None:
-            continue
-        if size >= 0:  # plain: the last ``size`` characters, after a '.' or the start
-            if not module.endswith(end) or len(module) < size or (
-                    len(module) > size and module[-size - 1] != "."):
-                continue
-            if regex.fullmatch(module, len(module) - size):
-                return pattern[key]
-        elif regex.match(module):
-            return pattern[key]
-    return None
-
-
-_SPLITS: dict[str, tuple[str, str] | None] = {}
-_UNSEEN = object()
-
-
-def _split(key: str) -> tuple[str, str] | None:
-    """(module, role) for a key in LoRA grammar, role in A/B/eA/eB/dora/lora_bias/...
-    (remembered: the adapters of a set repeat the same keys)."""
-    found = _SPLITS.get(key, _UNSEEN)
-    if found is _UNSEEN:  # (a first read misses on every key: no exception per miss)
-        if len(_SPLITS) > 200_000:
-            _SPLITS.clear()
-        found = _SPLITS[key] = _split_key(key)
-    return found  # type: ignore[return-value]
-
-
-_SUFFIX_ROLES = (
-    (".lora_A.weight", "A"), (".lora_B.weight", "B"),
-    (".lora_embedding_A", "eA"), (".lora_embedding_B", "eB"),
-    (".lora_magnitude_vector", "dora"), (".lora_magnitude_vector.weight", "dora"),
-    (".lora_B.bias", "lora_bias"),
-    (".token_adapter.trainable_tokens_delta", "trainable_tokens"),
-    (".lora_A", "A"), (".lora_B", "B"),
-)
-"""The key suffixes of LoRA grammar and the role of each, in the order they are tried."""
-
-_LORA_ROLES = {
-    "A.weight": "A", "B.weight": "B", "embedding_A": "eA", "embedding_B": "eB",
-    "magnitude_vector": "dora", "magnitude_vector.weight": "dora", "B.bias": "lora_bias",
-    "A": "A", "B": "B",
-}
-"""What follows a key's last ``.lora_``, for the suffixes `_split_key` knows (no suffix ends
-another, so the last ``.lora_`` starts the only one that can match)."""
-
-
-def _split_key(key: str) -> tuple[str, str] | None:
-    name = key.removeprefix(_PREFIX)
-    module, dot, rest = name.rpartition(".lora_")
-    role = _LORA_ROLES.get(rest) if dot and module else None
-    if role is not None:  # nearly every key: one C call instead of up to ten endswith
-        return module, role
-    for suffix, role in _SUFFIX_ROLES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)], role
-    return None
-
-
-def _leaf(module: str) -> str:
-    return module.rsplit(".", 1)[-1]
-
-
-def _matches_saved(module: str, saved: list[str]) -> bool:
-    return any(module == s or module.endswith("." + s) for s in saved)
-
-
-def _classify_other(key: str, config: Mapping[str, Any]) -> str | None:
-    """What a key outside the A/B grammar is, or None when it is not understood."""
-    name = key.removeprefix(_PREFIX)
-    saved = config.get("modules_to_save") or []
-    if name.endswith(".base_layer.weight"):
-        module = name[: -len(".base_layer.weight")]
-        if _leaf(module) in _EMBEDDING_NAMES:
-            return "embedding-base"
-    if name.endswith(".weight") and _leaf(name[: -len(".weight")]) in _EMBEDDING_NAMES and not (
-            saved and _matches_saved(name[: -len(".weight")], saved)):
-        return "embedding-base"  # save_embedding_layers of an embedding that is no LoRA target
-    for suffix in (".weight", ".bias"):
-        if name.endswith(suffix):
-            module = name[: -len(suffix)]
-            module = module.replace(".modules_to_save.default", "")
-            if saved and _matches_saved(module, saved):
-                return "modules_to_save"
-            if suffix == ".bias" and config.get("bias", "none") != "none":
-                return "bias"
-    return None
-
-
-def _flat_targets(config: Mapping[str, Any], module: str = "") -> list[str]:
-    """Targeted parameter names of a module, innermost wrapper first.
-
-    PEFT stores ``target_parameters`` sorted, but nests one wrapper per parameter in the
-    module's registration order, which is gate/up before down in every MoE block in
-    transformers; so gate/up-like names come first. A name qualified with a module path
-    (``mlp.experts.down_proj``) counts only for a module it names (PEFT's suffix rule: the
-    router's ``gate.weight`` is not a parameter of ``mlp.experts``), and a parameter listed
-    both bare and qualified (as PEFT writes after converting a transformers v4 MoE config)
-    counts once.
-    """
-    names: list[str] = []
-    for entry in config.get("target_parameters") or []:
-        if not isinstance(entry, str) or not entry:
-            continue
-        name = entry.rsplit(".", 1)[-1]
-        if module and "." in entry and not (
-            f"{module}.{name}" == entry or f"{module}.{name}".endswith("." + entry)):
-            continue
-        if name not in names:
-            names.append(name)
-    return sorted(names, key=lambda n: not any(t in n for t in ("gate", "up", "w1", "w3")))
-
-
-def parameter_key(module: str, target: str, kind: str) -> str:
-    """The name PEFT matches ``rank_pattern`` against: the module path, or for a wrapped
-    parameter (``target_parameters``) the unwrapped module path and the parameter name.
-
-    Example:
-        >>> from lora_guard._reading.adapters import parameter_key
-        >>> parameter_key("model.layers.0.mlp.experts.base_layer", "gate_up_proj", "moe-flat")
-        'model.layers.0.mlp.experts.gate_up_proj'
-        >>> parameter_key("model.layers.0.self_attn.q_proj", "q_proj", "linear")
-        'model.layers.0.self_attn.q_proj'
-    """
-    if kind != "moe-flat":
-        return module
-    while module.endswith(".base_layer"):
-        module = module[: -len(".base_layer")]
-    return f"{module}.{target}"
-
-
-def _target_of(module: str, config: Mapping[str, Any]) -> tuple[str, str, int | None]:
-    """(target, kind, expert index) of a module path."""
-    if "experts" not in module and not module.endswith(".base_layer"):
-        return module.rpartition(".")[2], "linear", None  # what the rules below give it
-    expert_match = _EXPERT.search(module + ".")
-    if expert_match:
-        return _leaf(module), "moe-per-expert", _index(expert_match.group(1), module,
-                                                        "an expert")
-    stripped = module
-    depth = 0
-    while stripped.endswith(".base_layer"):
-        stripped = stripped[: -len(".base_layer")]
-        depth += 1
-    if _leaf(stripped) == "experts" or (config.get("target_parameters") and depth):
-        names = _flat_targets(config, stripped)
-        if names and depth < len(names):
-            return names[len(names) - 1 - depth], "moe-flat", None
-        return _leaf(stripped), "moe-flat", None
-    if ".experts." in module + ".":
-        return _leaf(module), "moe-packed", None
-    return _leaf(module), "linear", None
-
-
-_RECORDS: dict[tuple[Any, ...], LoRAModuleSpec] = {}
-
-
-def _module_record(
-    module: str,
-    halves: Mapping[str, str],
-    tensors: Mapping[str, TensorInfo],
-    config: Mapping[str, Any],
-    shared: bool = True,
-) -> LoRAModuleSpec:
-    """The module's record; equal modules of adapters of one recipe share one (a record
-    depends on the config only through ``target_parameters`` and, for ``moe-flat``, the
-    ranks: those are not shared; the caller says ``shared=False`` for a config with
-    ``target_parameters``)."""
-    a_key = halves.get("A") or halves.get("eA")
-    b_key = halves.get("B") or halves.get("eB")
-    a = tensors[a_key] if a_key else None
-    b = tensors[b_key] if b_key else None
-    embedding = "eA" in halves or "eB" in halves
-    if not shared:
-        return _new_record(module, a_key, b_key, a, b, embedding, config)
-    key = (module, a_key, b_key, embedding,  # a record reads the halves' shape and dtype
-           a and a.shape, b and b.shape, a and a.dtype, b and b.dtype)
-    record = _RECORDS.get(key)
-    if record is None:
-        record = _new_record(module, a_key, b_key, a, b, embedding, config)
-        if record.kind != "moe-flat":
-            if len(_RECORDS) > 100_000:
-                _RECORDS.clear()
-            _RECORDS[key] = record
-    return record
-
-
-def _new_record(
-    module: str, a_key: str | None, b_key: str | None, a: TensorInfo | None,
-    b: TensorInfo | None, embedding: bool, config: Mapping[str, Any],
-) -> LoRAModuleSpec:
-    target, kind, expert = _target_of(module, config)
-    if embedding:
-        kind = "embedding"
-    a_shape = a.shape if a else None
-    b_shape = b.shape if b else None
-    wide = [s for s in (a_shape, b_shape) if s and len(s) > 2]
-    if kind != "embedding" and wide:
-        # packed MoE weights are 3D under an experts module; other N-D halves are convolutions
-        packed = "experts" in module.split(".") and all(len(s) == 3 for s in wide)
-        kind = "moe-packed" if packed else "conv"
-    half = a or b
-    rank, experts = _rank_and_experts(kind, target, a_shape, b_shape)
-    if kind == "moe-flat" and rank:
-        r = (pattern_value(config.get("rank_pattern") or {}, parameter_key(module, target, kind))
-             or config.get("r"))
-        if isinstance(r, int) and r > 0 and rank % r == 0:
-            experts = rank // r
-            rank = r
-    if rank == 0:
-        rank = None
-    layer_match = _LAYER.search("." + module + ".")
-    return _built_module(
-        module, target, kind, rank, a_shape, b_shape, half.dtype if half else "",
-        _index(layer_match.group(1), module, "a layer") if layer_match else None, expert, experts,
-        a_key, b_key)
-
-
-_built_module = builder(LoRAModuleSpec)
-"""``LoRAModuleSpec`` of every field in order, built from a header the reader has checked."""
-
-
-def _rank_and_experts(kind: str, target: str, a_shape: tuple[int, ...] | None,
-                      b_shape: tuple[int, ...] | None) -> tuple[int | None, int | None]:
-    """The rank the halves show, and the expert count a packed MoE module holds."""
-    if kind == "moe-packed":
-        rank: int | None = None
-        if b_shape and len(b_shape) == 3:
-            rank = b_shape[-1]
-        elif a_shape and len(a_shape) == 3:
-            rank = a_shape[-2] // (2 if "gate_up" in target or "w13" in target else 1)
-        experts = max((s[0] for s in (a_shape, b_shape) if s and len(s) == 3), default=None)
-        return rank, experts
-    if a_shape and len(a_shape) >= 2:  # linear (r, in); conv (r, in, *kernel)
-        return a_shape[0], None
-    if b_shape and len(b_shape) >= 2:  # linear (out, r); conv (out, r, *kernel)
-        return b_shape[1], None
-    return None, None
-
-
-_FEATURE_FLAGS = ("use_dora", "lora_bias", "modules_to_save", "alora_invocation_tokens",
-                  "layer_replication", "use_qalora", "use_bdlora", "trainable_token_indices",
-                  "bias", "peft_type")
-
-
-def _fields(config: Mapping[str, Any], names: tuple[str, ...]) -> list[Any]:
-    """``[config.get(name) for name in names]`` in one call (a `FrozenConfig`'s ``get`` is a
-    Python call; the reader asks a dozen fields of every config)."""
-    if type(config) is not FrozenConfig:
-        return [config.get(name) for name in names]
-    index, values = config._index, config._values
-    return [None if i is None else values[i] for i in map(index.get, names)]
-
-
-def _plain(config: Mapping[str, Any]) -> bool:
-    """Whether the config turns on none of `_features`' flags, told in one look (the usual
-    adapter); False sends it through every rule."""
-    *flags, tokens, bias, peft_type = _fields(config, _FEATURE_FLAGS)
-    return not any(flags) and tokens is None and bias == "none" and peft_type == "LORA"
-
-
-def _features(config: Mapping[str, Any], extra: Mapping[str, str],
-              added_tokens: Mapping[str, int] | None = None) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    kinds = set(extra.values())
-    if config.get("use_dora") or "dora" in kinds:
-        found["dora"] = config.get("use_dora", "magnitude vectors in the weights")
-    if config.get("lora_bias") or "lora_bias" in kinds:
-        found["lora_bias"] = config.get("lora_bias", "lora_B.bias in the weights")
-    if config.get("bias", "none") != "none" or "bias" in kinds:
-        found["bias"] = config.get("bias")
-    if config.get("modules_to_save") or "modules_to_save" in kinds:
-        found["modules_to_save"] = config.get("modules_to_save")
-    if config.get("trainable_token_indices") is not None or "trainable_tokens" in kinds:
-        found["trainable_tokens"] = config.get("trainable_token_indices")
-    if config.get("peft_type", "LORA") != "LORA":
-        found["peft_type"] = config.get("peft_type")
-    for name in ("alora", "layer_replication", "qalora", "bdlora"):
-        value = config.get(FEATURES[name])
-        if value:
-            found[name] = value
-    if added_tokens:
-        found["added_tokens"] = types.MappingProxyType(added_tokens)
-    return found
-
-
 def load_spec(
     path: str | os.PathLike[str],
     *,
@@ -1273,14 +222,35 @@ def read_folders(
     config_defaults: Mapping[str, Any] | None = None,
     follow: bool = False,
 ) -> list[AdapterSpec | Exception]:
-    """`read_folder` of each folder, in order: its spec, or the exception that refused it.
+    """`read_folder` of each folder, in order: its spec, or the exception that refused it
+    (`read_recipes` with the recipe of each)."""
+    return [read if isinstance(read, Exception) else read.spec for read in read_recipes(
+        folders, require_weights=require_weights, config_defaults=config_defaults,
+        follow=follow)]
+
+
+class Read(NamedTuple):
+    """One adapter folder read: its spec and the `Recipe` it shares with the adapters whose
+    config and header bytes are its own."""
+
+    spec: AdapterSpec
+    recipe: Recipe
+
+
+def read_recipes(
+    folders: Sequence[pathlib.Path],
+    *,
+    require_weights: bool = True,
+    config_defaults: Mapping[str, Any] | None = None,
+    follow: bool = False,
+) -> list[Read | Exception]:
+    """Each folder's spec and recipe, in order, or the exception that refused it.
 
     The folders are read a phase at a time (every config, then every header, every
     ``added_tokens.json``, every spec), not one adapter after another: the same code runs
-    many times in a row, and that is about 12% faster than one adapter after another
-    (measured on 2,000 small adapters: 60 against 72 us each). Each adapter's result is its
-    first error (an exception keeps its traceback), else its spec. A caller passes a few
-    dozen at a time; each holds its config and header until the end.
+    many times in a row (measured on 2,000 small adapters: 60 against 72 us each). Each
+    adapter's result is its first error (an exception keeps its traceback), else its
+    spec. A caller passes a few dozen at a time.
 
     Each folder is opened first and its files relative to that descriptor, so the folder
     read is the one opened: a folder swapped for a symlink after the search found it is
@@ -1290,7 +260,7 @@ def read_folders(
     results: list[Any] = [None] * len(folders)
     fds: list[int | None] = [None] * len(folders)
     configs: list[Any] = [None] * len(folders)
-    weights: list[Any] = [None] * len(folders)
+    recipes: list[Any] = [None] * len(folders)
     added: list[Any] = [None] * len(folders)
     try:
         for phase in range(5):
@@ -1303,11 +273,14 @@ def read_folders(
                     elif phase == 1:
                         configs[i] = _read_config(folder, config_defaults, fds[i])
                     elif phase == 2:
-                        weights[i] = _read_weights(folder, require_weights, fds[i])
+                        recipes[i] = _recipe_of_files(
+                            configs[i], _read_weights(folder, require_weights, fds[i]))
                     elif phase == 3:
                         added[i] = _read_added_tokens(folder, fds[i])
                     else:
-                        results[i] = _spec_of(folder, configs[i], weights[i], added[i])
+                        recipe, size = recipes[i]
+                        results[i] = Read(member_spec(folder, recipe, size,
+                                                      added_tokens=added[i]), recipe)
                 except Exception as exc:  # the caller reports it, per adapter
                     results[i] = exc
     finally:
@@ -1315,23 +288,98 @@ def read_folders(
     return results
 
 
-def _close_all(fds: list[int | None]) -> None:
-    for fd in fds:
-        if fd is not None:
-            os.close(fd)
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """Adapters whose ``adapter_config.json`` and safetensors header are byte-identical (and
+    whose data sections are the same size): the adapters of a fleet trained from one recipe.
+    Parsed and checked once: the specs of its members share its config, tensors and
+    modules, and the checker checks what they share once per recipe. Two recipes are equal
+    when their ``digest`` is (blake2b of the bytes).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from lora_guard.testing import write_adapter
+        >>> from lora_guard._reading.adapters import read_recipes
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> a, b = write_adapter(root / "a"), write_adapter(root / "b")
+        >>> first, second = read_recipes([a, b])
+        >>> first.recipe == second.recipe, first.spec.modules is second.spec.modules
+        (True, True)
+    """
+
+    digest: str
+    """Hex blake2b of the config bytes, the header bytes and the data section's size."""
+    config: FrozenConfig = field(compare=False, repr=False)
+    """The checked config the members share."""
+    parts: Parts = field(compare=False, repr=False)
+    """What the header's tensors say (modules, layout, ranks...)."""
+    metadata: Mapping[str, str] = field(compare=False, repr=False)
+    """The header's ``__metadata__``, read-only."""
+    features: Mapping[str, Any] = field(compare=False, repr=False)
+    """The forward-changing features of config and tensors (a member's own
+    ``added_tokens.json`` adds to them)."""
+    weights_file: str | None = field(compare=False, repr=False)
+    """`WEIGHTS_NAME`, or None for a config read without weights."""
 
 
-def _spec_of(folder: pathlib.Path, config: tuple[FrozenConfig, int],
-             weights: tuple[dict[str, TensorInfo], dict[str, str], int],
-             added: dict[str, int] | None) -> AdapterSpec:
-    """The spec of a read config and header; a folder without a weights file (read with
-    ``require_weights=False``) has none named."""
-    (frozen, config_size), (tensors, metadata, size) = config, weights
-    if not size and not tensors and not os.path.lexists(folder / WEIGHTS_NAME):
-        return build_spec(folder, frozen, tensors, metadata, config_size, weights_file=None,
-                          added_tokens=added)
-    return build_spec(folder, frozen, tensors, metadata, config_size + size,
-                      added_tokens=added)
+def _recipe_of_files(config: tuple[FrozenConfig, bytes | None, int],
+                     weights: tuple[bytes, int, int] | None) -> tuple[Recipe, int]:
+    """The recipe of a folder's config and weights header, and the folder's size (config and
+    weights bytes): made once per distinct bytes (`_RECIPES`)."""
+    frozen, raw, config_size = config
+    header, data_size, file_size = weights if weights is not None else (b"", -1, 0)
+    if raw is None:  # the loader's defaults filled in: not the bytes' config alone
+        return _new_recipe(frozen, raw, header, data_size), config_size + file_size
+    return _RECIPES.get_or_make((raw, header, data_size), lambda: _new_recipe(
+        frozen, raw, header, data_size)), config_size + file_size
+
+
+_RECIPES: Bounded[tuple[bytes, bytes, int], Recipe] = Bounded(
+    256, "recipes by their config and header bytes: a fleet trained from a few recipes has "
+    "a few (an adapter of a recipe pushed out is read again, never read wrong)")
+
+
+def _new_recipe(config: FrozenConfig, raw: bytes | None, header: bytes,
+                data_size: int) -> Recipe:
+    if data_size < 0:  # no weights file
+        tensors: dict[str, TensorInfo] = {}
+        metadata: dict[str, str] = {}
+        weights_file = None
+    else:
+        try:
+            tensors, metadata = parse_header(header, data_size)
+        except HeaderError as exc:
+            raise Malformed(WEIGHTS_NAME, exc.problem) from None
+        weights_file = WEIGHTS_NAME
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (repr(sorted(config.items())).encode() if raw is None else raw, b"\0", header,
+                 b"\0", str(data_size).encode()):
+        digest.update(part)
+    return recipe_of(config, tensors, metadata, digest.hexdigest(), weights_file)
+
+
+def recipe_of(config: Mapping[str, Any], tensors: dict[str, TensorInfo],
+              metadata: dict[str, str], digest: str,
+              weights_file: str | None = WEIGHTS_NAME) -> Recipe:
+    """The `Recipe` of a parsed config and header (``tensors`` becomes the recipe's)."""
+    frozen = config if type(config) is FrozenConfig else FrozenConfig(config)
+    parts = parts_of(tensors, frozen)
+    return Recipe(digest, frozen, parts, _read_only(metadata),
+                  _read_only(_features(frozen, parts.extra)), weights_file)
+
+
+def member_spec(folder: pathlib.Path, recipe: Recipe, size: int, *,
+                added_tokens: Mapping[str, int] | None = None, url: str | None = None,
+                transferred: int | None = None) -> AdapterSpec:
+    """The `AdapterSpec` of one member of ``recipe``: its folder and size, and the folder's
+    ``added_tokens.json`` map when it ships one."""
+    parts, config = recipe.parts, recipe.config
+    features = recipe.features if not added_tokens else _read_only(
+        _features(config, parts.extra, added_tokens))
+    return _built_spec(
+        folder, config, parts.tensors, parts.modules, parts.rank or int(config["r"]),
+        parts.layout, parts.targets, features, parts.dtypes, size, recipe.metadata,
+        parts.unknown, parts.extra, url, transferred, recipe.weights_file)
 
 
 def _read_added_tokens(folder: pathlib.Path, dir_fd: int | None = None) -> dict[str, int] | None:
@@ -1340,7 +388,7 @@ def _read_added_tokens(folder: pathlib.Path, dir_fd: int | None = None) -> dict[
     if not _lexists(ADDED_TOKENS_NAME if dir_fd is not None else join_name(
             os.fspath(folder), ADDED_TOKENS_NAME), dir_fd):
         return None  # nearly every adapter: told without raising FileNotFoundError
-    opened = _open_regular(folder, ADDED_TOKENS_NAME, dir_fd)
+    opened = open_regular(folder, ADDED_TOKENS_NAME, dir_fd)
     if opened is None:
         return None
     fd, info = opened
@@ -1357,18 +405,6 @@ def _read_added_tokens(folder: pathlib.Path, dir_fd: int | None = None) -> dict[
     return added_tokens_of(raw)
 
 
-def added_tokens_of(raw: bytes) -> dict[str, int]:
-    """The token -> id map of ``added_tokens.json``'s bytes (local or remote), checked."""
-    if len(raw) > MAX_CONFIG_BYTES:  # it grew since fstat, or a store sent more
-        raise Malformed(ADDED_TOKENS_NAME, f"larger than {MAX_CONFIG_BYTES} bytes")
-    tokens = parse_json_config(raw, ADDED_TOKENS_NAME)
-    for token, token_id in tokens.items():
-        if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
-            raise Malformed(ADDED_TOKENS_NAME, f"token {_clip(token)!r} has id {token_id!r}, "
-                            "not a non-negative integer")
-    return tokens
-
-
 def build_spec(
     folder: pathlib.Path, config: Mapping[str, Any], tensors: dict[str, TensorInfo],
     metadata: dict[str, str], size: int, *, added_tokens: Mapping[str, int] | None = None,
@@ -1377,143 +413,17 @@ def build_spec(
 ) -> AdapterSpec:
     """The `AdapterSpec` of a read config and header (local or remote: ``url=``,
     ``transferred=``), with the folder's ``added_tokens.json`` map when it ships one."""
-    parts = _parts_of(tensors, config)
-    return _built_spec(
-        folder, config if type(config) is FrozenConfig else FrozenConfig(config),
-        parts.tensors, parts.modules, parts.rank or int(config["r"]), parts.layout,
-        parts.targets, _NO_STRINGS if not parts.extra and not added_tokens and _plain(config)
-        else _read_only(_features(config, parts.extra, added_tokens)), parts.dtypes,
-        size, _metadata_view(metadata), parts.unknown, parts.extra, url, transferred,
-        weights_file)
+    recipe = recipe_of(config, dict(tensors), metadata, "", weights_file)
+    return member_spec(folder, recipe, size, added_tokens=added_tokens, url=url,
+                       transferred=transferred)
 
 
 _built_spec = builder(AdapterSpec)
 """``AdapterSpec`` of every field in order, from a config and header the reader checked."""
 
 
-_METADATA: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
-
-
-def _metadata_view(metadata: dict[str, str]) -> Mapping[str, str]:
-    """The read-only ``__metadata__`` a spec keeps; equal ones are one shared object (most
-    files hold ``format: pt``), so a fleet keeps one per distinct metadata."""
-    if not metadata or len(metadata) > 8:
-        return _read_only(metadata)
-    key = tuple(metadata.items())
-    try:
-        found = _METADATA.get(key)
-    except TypeError:  # a value that is not a string (a caller's own map)
-        return _read_only(metadata)
-    if found is None:
-        if len(_METADATA) >= 1024:
-            _METADATA.clear()
-        found = _METADATA[key] = _read_only(metadata)
-    return found
-
-
-def _read_only(found: dict[str, Any]) -> Mapping[str, Any]:
-    if not found:
-        return _NO_STRINGS
-    return FrozenConfig(found) if len(found) <= 8 else types.MappingProxyType(found)
-
-
-class _Parts(NamedTuple):
-    """What a header's tensors say, with the few config fields it depends on."""
-
-    tensors: Mapping[str, TensorInfo]
-    modules: Mapping[str, LoRAModuleSpec]
-    extra: Mapping[str, str]
-    unknown: tuple[str, ...]
-    layout: MoELayout | None
-    targets: tuple[str, ...]
-    dtypes: tuple[str, ...]
-    rank: int | None
-
-
-_PARTS: dict[tuple[Any, ...], tuple[dict[str, TensorInfo], _Parts]] = {}
-
-
-_PARTS_FIELDS = ("rank_pattern", "alpha_pattern", "target_parameters", "modules_to_save", "r",
-                 "bias")
-
-
-def _parts_of(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Parts:
-    """`_Parts` of a header, remembered: headers that differ only in their metadata (or are
-    byte-identical) hold the same keys and the same shared `TensorInfo` objects. The key is
-    the keys and the entries' identities; the memory holds the first map, which keeps those
-    entries alive, so an identity in a key cannot be reused while its entry lives. Configs
-    with patterns or ``target_parameters`` (which change the modules) are not remembered."""
-    ranks, alphas, wrapped, saved, r, bias = _fields(config, _PARTS_FIELDS)
-    if ranks or alphas or wrapped:
-        return _new_parts(tensors, config)
-    key = (tuple(tensors), tuple(map(id, tensors.values())), r, bias,
-           tuple(saved) if isinstance(saved, list) else saved)
-    found = _PARTS.get(key)
-    if found is not None:
-        return found[1]
-    parts = _new_parts(tensors, config)
-    if len(_PARTS) >= 256:
-        _PARTS.clear()
-    _PARTS[key] = (tensors, parts)
-    return parts
-
-
-def _new_parts(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> _Parts:
-    # the map a spec keeps, its keys interned: the specs of one recipe share its key strings
-    tensors = dict(zip(map(_intern, tensors), tensors.values(), strict=True))
-    halves: dict[str, dict[str, str]] = {}
-    extra: dict[str, str] = {}
-    unknown: list[str] = []
-    for key in tensors:
-        split = _split(key)
-        if split is not None and split[1] in ("A", "B", "eA", "eB"):
-            halves.setdefault(split[0], {})[split[1]] = key
-        elif split is not None:
-            extra[key] = split[1]
-        else:
-            other = _classify_other(key, config)
-            if other is None:
-                unknown.append(key)
-            else:
-                extra[key] = other
-    if _pattern_cost(config, halves) > MATCH_BUDGET:
-        raise Malformed(CONFIG_NAME, f"rank_pattern/alpha_pattern would take more than "
-                        f"{MATCH_BUDGET:,} regex steps to match against the "
-                        f"{len(halves):,} module names (longest "
-                        f"{max(map(len, halves), default=0):,} characters); use shorter "
-                        "patterns with fewer '.*'", kind="malformed")
-    shared = not config.get("target_parameters")
-    modules = {
-        module: _module_record(module, parts, tensors, config, shared)
-        for module, parts in sorted(halves.items())
-    }
-    layout = moe_layout(tensors)
-    lora_keys = [k for parts in halves.values() for k in parts.values()]
-    ranks = [m.rank for m in modules.values() if m.rank]
-    return _Parts(
-        tensors=types.MappingProxyType(tensors),
-        modules=types.MappingProxyType(modules),
-        extra=types.MappingProxyType(extra),
-        unknown=tuple(sorted(unknown)),
-        layout=layout,
-        targets=tuple(sorted({m.target for m in modules.values()})),
-        dtypes=tuple(sorted({tensors[k].dtype for k in lora_keys})),
-        rank=max(ranks) if ranks else None,
-    )
-
-
 def forget_remembered() -> None:
-    """Empty the readers' memories of configs, headers and their parts (benchmarks measure a
-    first read with it; nothing else needs it: an entry is only ever reused for the same
-    bytes)."""
-    from lora_guard._reading import safetensors
-
-    for memory in (_CONFIGS, _INDEXES, _LISTS, _PARTS, _RECORDS, _SPLITS, safetensors._HEADERS,
-                   safetensors._INFOS, _METADATA):
-        memory.clear()
-
-
-def malformed_violation(subject: str, exc: Malformed) -> Violation:
-    """The LG108 violation for an unreadable adapter (LG140 for a failed remote read)."""
-    return make_violation(exc.code, exc.kind, subject, file=exc.file, problem=exc.problem,
-                          **exc.details)
+    """Empty every memory of the reader and the checker (each a `Bounded`: benchmarks
+    measure a first read with it; nothing else needs it, since an entry is only ever reused
+    for the same bytes or values)."""
+    forget_all()

@@ -265,14 +265,22 @@ def _retry_after(value: str | None) -> float | None:
 # --- the client ----------------------------------------------------------------------------
 
 
+def _ssl_error(exc: BaseException) -> ssl.SSLError | None:
+    """The `ssl.SSLError` an error was raised from (the HTTP library wraps it), or None."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def _short(exc: BaseException) -> str:
     """A transport error in one line: a timeout said as one, a certificate error as SSLError."""
     text = str(exc).splitlines()[0] if str(exc) else ""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ssl.SSLError) or "CERTIFICATE_VERIFY_FAILED" in text:
-            return f"SSLError: {text or cause}"[:200]
-        cause = cause.__cause__ or cause.__context__
+    cause = _ssl_error(exc)
+    if cause is not None or "CERTIFICATE_VERIFY_FAILED" in text:
+        return f"SSLError: {text or cause}"[:200]
     if "deadline" in text:
         return f"{type(exc).__name__}: {text}"
     if isinstance(exc, TimeoutError) or "timed out" in text.lower() or "Timeout" in type(
@@ -372,7 +380,8 @@ class Client:
                             f"no complete reply within the {self.deadline:g} s deadline "
                             f"({_short(exc)}); LORA_GUARD_REMOTE_DEADLINE sets the seconds "
                             "a read may take in all", "unreachable") from None
-                    if attempt >= self.retries or "SSLError" in _short(exc):
+                    if attempt >= self.retries or _ssl_error(exc) is not None or (
+                            "CERTIFICATE_VERIFY_FAILED" in str(exc)):
                         raise FetchError(f"read failed after retries ({_short(exc)})",
                                          "unreachable") from None
                     delay = wait

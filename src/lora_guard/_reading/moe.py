@@ -5,12 +5,12 @@ mixed within an adapter, or across a pool) live in the checking layer."""
 from __future__ import annotations
 
 import enum
-import functools
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from lora_guard._core.shapes import shape_of
+from lora_guard._reading.bounded import Bounded
 
 __all__ = ["MoELayout", "classify_moe_weights", "moe_layout"]
 
@@ -62,10 +62,13 @@ def _outer_side(key: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _moe_role(key: str) -> str | None:
-    """What a weight's name alone says about the layout; adapters of one model share names,
-    so this is computed once per name, and admission costs a look-up and a shape per weight.
+    """`_role_of` a weight's name, remembered (`_ROLES`)."""
+    return _ROLES.get_or_make(key, lambda: _role_of(key))
+
+
+def _role_of(key: str) -> str | None:
+    """What a weight's name alone says about the layout.
 
     ``"indexed"`` (under ``experts.<i>.``), ``"outer"`` (gate/up A, down B), ``"inner"``
     (gate/up B, down A), ``"flat"`` (PEFT target_parameters), ``"other"``, or None when the
@@ -120,3 +123,8 @@ def moe_layout(weights: Mapping[str, Any]) -> MoELayout | None:
     """
     classified = classify_moe_weights(weights)
     return classified[0][1] if classified else None
+
+
+_ROLES: Bounded[str, str | None] = Bounded(
+    1 << 16, "MoE roles of weight names: the adapters of one model share their names, so "
+    "admission costs a look-up and a shape per weight")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lora_guard._core.frozen import builder
+from lora_guard._reading.bounded import Bounded
 
 __all__ = [
     "DTYPE_BITS",
@@ -32,6 +33,7 @@ __all__ = [
     "NonFinite",
     "TensorInfo",
     "encode_header",
+    "header_bytes_from_fd",
     "header_length",
     "key_count",
     "parse_header",
@@ -261,10 +263,6 @@ def json_value_bound(raw: bytes, colons: int | None = None) -> int:
     return raw.count(b",") + raw.count(b"[") + raw.count(b"{") + colons + 1
 
 
-def _is_uint(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT
-
-
 def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """Validate a header's bytes against a data section of ``data_size`` bytes.
 
@@ -339,137 +337,87 @@ def _metadata(entry: object) -> dict[str, str]:
     return entry
 
 
-_INFOS: dict[tuple[Any, ...], TensorInfo] = {}
-"""Tensor entries seen before, shared: a set of adapters of one recipe repeats them. Keyed
-by ``(code, rows, cols, begin, end)`` for a 2-D shape, ``(code, shape, begin, end)`` else."""
-
 _built_info = builder(TensorInfo)
 """``TensorInfo(shape, dtype, nbytes, offsets)`` of checked values, at a third of the cost."""
 
 
 def _tensor_infos(parsed: dict[str, Any]) -> tuple[dict[str, TensorInfo], int]:
-    """Every entry's `TensorInfo`, in the header's order, and where the data ends when the
-    entries lie back to back from 0 in that order (-1 otherwise: `_check_offsets` sorts
-    them out).
-
-    An entry equal to one checked before is found in `_INFOS` by its dtype code, shape and
-    offsets. Found, it is valid but for its numbers' types (``8.0`` and ``true`` equal ``8``
-    and ``1`` as keys), so only those are looked at: a code equal to a known code is that
-    string, numbers equal to checked ones are in range and agree with each other. Any other
-    entry is checked in full (`_new_info`)."""
+    """Every entry's `TensorInfo` (`tensor_info`), in the header's order, and where the data
+    ends when the entries lie back to back from 0 in that order (-1 otherwise:
+    `_check_offsets` sorts them out)."""
     tensors: dict[str, TensorInfo] = {}
-    infos, position = _INFOS, 0
+    position = 0
     for name, entry in parsed.items():
-        key: tuple[Any, ...] | None = None
-        try:
-            if len(entry) != 3:
-                raise KeyError(name)
-            code, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-            if len(shape) == 2:  # the usual: no inner loop, no tuple
-                rows, cols = shape
-                key = (code, rows, cols, begin, end)
-                exact = type(rows) is int and type(cols) is int
-            else:
-                key = (code, tuple(shape), begin, end)
-                exact = type(shape) is list and all(type(d) is int for d in shape)
-            info = infos.get(key)
-        except (KeyError, TypeError, ValueError):  # not an object of three, or unhashable
-            info = key = None
-        if info is None or not exact or type(begin) is not int or type(end) is not int:
-            info = _new_info(name, entry, key)
-            begin, end = info.offsets
-        tensors[name] = info
+        info = tensors[name] = tensor_info(name, entry)
+        begin, end = info.offsets
         position = end if begin == position else -1
     return tensors, position
 
 
-def _new_info(name: str, entry: Any, key: tuple[Any, ...] | None) -> TensorInfo:
-    """The `TensorInfo` of an entry not seen before (``key``: its `_INFOS` key when it has
-    one), remembered: a well-formed entry is checked inline (`_valid_info`: a first read of
-    a 400-tensor header checks 400 of them); any other goes through `_checked_info`, which
-    raises `HeaderError` naming the first check that fails."""
-    info = (_valid_info(entry) if key is not None else None) or _checked_info(name, entry)
-    if key is None or type(key[0]) is not str:
-        dims, (begin, end) = info.shape, info.offsets
-        key = (entry["dtype"], *dims, begin, end) if len(dims) == 2 else (
-            entry["dtype"], dims, begin, end)
-    if len(_INFOS) > 100_000:
-        _INFOS.clear()
-    return _INFOS.setdefault(key, info)
-
-
-def _valid_info(entry: dict[str, Any]) -> TensorInfo | None:
-    """The entry's `TensorInfo` when it passes every check of `_checked_info` (exactly dtype,
-    shape and data_offsets; a known code; at most `MAX_NDIM` dims and two offsets, all
-    non-negative ints in range and in order; the shape's bytes equal to the offsets' span),
-    else None."""
-    code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if type(code) is not str or code not in DTYPE_BITS or type(shape) is not list or type(
-            offsets) is not list or len(offsets) != 2 or len(shape) > MAX_NDIM:
-        return None
-    begin, end = offsets
-    if len(shape) == 2:  # the usual: no generator
-        rows, cols = shape
-        dims_ok = (type(rows) is int and type(cols) is int and 0 <= rows <= _MAX_INT
-                   and 0 <= cols <= _MAX_INT)
-    else:
-        dims_ok = all(type(d) is int and 0 <= d <= _MAX_INT for d in shape)
-    if not (dims_ok and type(begin) is int and type(end) is int
-            and 0 <= begin <= end <= _MAX_INT):
-        return None
-    bits = math.prod(shape) * DTYPE_BITS[code]
-    if bits % 8 or bits // 8 != end - begin:
-        return None
-    return _built_info(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
-
-
-def _checked_info(name: str, entry: object) -> TensorInfo:
-    """Every check one by one, raising `HeaderError` for the first that fails."""
-    shown = repr(name[:200])
-    if not isinstance(entry, dict):
-        raise HeaderError(f"tensor {shown} is not an object with dtype, shape, data_offsets")
-    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in entry]
-    if missing:
-        raise HeaderError(f"tensor {shown} has no {', '.join(missing)}")
-    code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+def tensor_info(name: str, entry: object) -> TensorInfo:
+    """The `TensorInfo` of one header entry, or `HeaderError` naming the first rule it
+    breaks: an object with ``dtype``, ``shape`` and ``data_offsets`` (nested no deeper than a
+    header nests), a known dtype code, a shape of at most `MAX_NDIM` non-negative integers,
+    two offsets in order, and the shape's bytes equal to the offsets' span. (A parsed JSON
+    value has exact types: ``type(x) is int`` is an integer that is not a bool.)"""
+    if type(entry) is not dict:
+        raise HeaderError(f"tensor {name[:200]!r} is not an object with dtype, shape, "
+                          "data_offsets")
+    try:
+        code, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    except KeyError:
+        missing = [k for k in ("dtype", "shape", "data_offsets") if k not in entry]
+        raise HeaderError(f"tensor {name[:200]!r} has no {', '.join(missing)}") from None
     if len(entry) > 3 and _depth(entry, MAX_NESTING) > MAX_NESTING - 1:
-        raise HeaderError(f"tensor {shown} nests JSON deeper than {MAX_NESTING} levels")
-    if not isinstance(code, str) or code not in DTYPE_BITS:
-        raise HeaderError(f"tensor {shown} has unknown dtype {str(code)[:40]!r}")
-    begin, end = _checked_layout(shown, shape, offsets)
-    bits = math.prod(shape) * DTYPE_BITS[code]
-    if bits % 8:
-        raise HeaderError(f"tensor {shown} of {code} {shape} is not a whole number of bytes")
-    if bits // 8 != end - begin:
-        raise HeaderError(
-            f"tensor {shown} of {code} {shape} needs {bits // 8} bytes but its data_offsets "
-            f"[{begin}, {end}] hold {end - begin}"
-        )
-    return _built_info(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
-
-
-def _checked_layout(shown: str, shape: object, offsets: object) -> tuple[int, int]:
-    """The shape a list of at most `MAX_NDIM` non-negative ints, the offsets two of them in
-    order: (begin, end)."""
-    if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
-        raise HeaderError(
-            f"tensor {shown} has shape {str(shape)[:80]}, not a list of non-negative integers"
-        )
+        raise HeaderError(f"tensor {name[:200]!r} nests JSON deeper than {MAX_NESTING} levels")
+    bits = DTYPE_BITS.get(code) if type(code) is str else None
+    if bits is None:
+        raise HeaderError(f"tensor {name[:200]!r} has unknown dtype {str(code)[:40]!r}")
+    if not _uints(shape):
+        raise HeaderError(f"tensor {name[:200]!r} has shape {str(shape)[:80]}, not a list of "
+                          "non-negative integers")
     if len(shape) > MAX_NDIM:
-        raise HeaderError(f"tensor {shown} has {len(shape)} dims (more than {MAX_NDIM})")
-    if (
-        not isinstance(offsets, list)
-        or len(offsets) != 2
-        or not all(_is_uint(o) for o in offsets)
-    ):
-        raise HeaderError(
-            f"tensor {shown} has data_offsets {str(offsets)[:80]}, not two non-negative integers"
-        )
+        raise HeaderError(f"tensor {name[:200]!r} has {len(shape)} dims (more than {MAX_NDIM})")
+    if not _uints(offsets) or len(offsets) != 2:
+        raise HeaderError(f"tensor {name[:200]!r} has data_offsets {str(offsets)[:80]}, not "
+                          "two non-negative integers")
     begin, end = offsets
     if end < begin:
-        raise HeaderError(f"tensor {shown} has data_offsets [{begin}, {end}] that end before "
-                          "they begin")
-    return begin, end
+        raise HeaderError(f"tensor {name[:200]!r} has data_offsets [{begin}, {end}] that end "
+                          "before they begin")
+    return _sized_info(name, code, shape, bits, begin, end)
+
+
+def _uints(values: object) -> bool:
+    """A list of integers in 0 .. 2**64 - 1 (what safetensors' ``usize`` reads)."""
+    if type(values) is not list:
+        return False
+    for value in values:  # noqa: SIM110 - a loop: all() of a generator is twice as slow here
+        if type(value) is not int or value < 0 or value > _MAX_INT:
+            return False
+    return True
+
+
+def _sized_info(name: str, code: str, shape: list[int], bits: int, begin: int,
+                end: int) -> TensorInfo:
+    """`tensor_info`'s last rule: the shape's bytes are the offsets' span."""
+    bits *= math.prod(shape)
+    if bits % 8:
+        raise HeaderError(f"tensor {name[:200]!r} of {code} {shape} is not a whole number of "
+                          "bytes")
+    if bits // 8 != end - begin:
+        raise HeaderError(
+            f"tensor {name[:200]!r} of {code} {shape} needs {bits // 8} bytes but its "
+            f"data_offsets [{begin}, {end}] hold {end - begin}")
+    dims = tuple(shape)
+    key = (code, dims, begin, end)
+    return _INFOS.get_or_make(key, lambda: _built_info(dims, DTYPE_NAMES[code], end - begin,
+                                                       (begin, end)))
+
+
+_INFOS: Bounded[tuple[str, tuple[int, ...], int, int], TensorInfo] = Bounded(
+    65_536, "tensor entries by dtype code, shape and offsets, once validated: the adapters "
+    "of one base model and rank repeat them whatever else their headers hold")
 
 
 def _check_offsets(tensors: Mapping[str, TensorInfo], data_size: int) -> None:
@@ -552,8 +500,7 @@ def read_header_and_size(
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise HeaderError("not a regular file")
-        tensors, metadata, size = read_header_from_fd(fd, info.st_size)
-        return dict(tensors), dict(metadata), size  # the caller's own copies
+        return read_header_from_fd(fd, info.st_size)
     finally:
         os.close(fd)
 
@@ -570,11 +517,10 @@ def _read_exactly(fd: int, count: int) -> bytes:
     return b"".join(chunks) if len(chunks) != 1 else chunks[0]
 
 
-def read_header_from_fd(
-    fd: int, size: int
-) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
-    """The header of the regular file open as ``fd`` (of ``size`` bytes, from its fstat),
-    read from its start through the descriptor only."""
+def header_bytes_from_fd(fd: int, size: int) -> tuple[bytes, int]:
+    """The header bytes of the regular file open as ``fd`` (of ``size`` bytes, from its
+    fstat), read from its start through the descriptor only, and the size of its data
+    section (not read); the length is checked, the header is not parsed."""
     if size < 8:
         raise HeaderError(f"file is {size} bytes, too short for a safetensors header")
     first = _read_exactly(fd, 8)
@@ -584,30 +530,16 @@ def read_header_from_fd(
     raw = _read_exactly(fd, length)
     if len(raw) != length:  # the file shrank while we read it
         raise HeaderError(f"header truncated: read {len(raw)} of {length} bytes")
-    tensors, metadata = _parsed(raw, size - 8 - length)
+    return raw, size - 8 - length
+
+
+def read_header_from_fd(
+    fd: int, size: int
+) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
+    """The parsed header of the regular file open as ``fd`` (of ``size`` bytes)."""
+    raw, data_size = header_bytes_from_fd(fd, size)
+    tensors, metadata = parse_header(raw, data_size)
     return tensors, metadata, size
-
-
-_HEADERS: dict[tuple[bytes, int], tuple[dict[str, TensorInfo], dict[str, str]]] = {}
-_MAX_REMEMBERED = 256
-_MAX_REMEMBERED_BYTES = 64 << 10
-
-
-def _parsed(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    """`parse_header`, remembered for small headers: the adapters of a set trained with one
-    recipe have byte-identical headers (same keys, shapes, offsets), and the same bytes with
-    the same data size give the same answer, so each is parsed and validated once. The maps
-    returned are shared: callers must not modify them (`read_header_and_size` copies)."""
-    if len(raw) > _MAX_REMEMBERED_BYTES:
-        return parse_header(raw, data_size)
-    key = (raw, data_size)
-    found = _HEADERS.get(key)
-    if found is None:
-        found = parse_header(raw, data_size)
-        if len(_HEADERS) >= _MAX_REMEMBERED:
-            _HEADERS.clear()
-        _HEADERS[key] = found
-    return found
 
 
 # --- writing (tests, examples, benchmarks) -------------------------------------------------

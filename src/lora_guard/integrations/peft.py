@@ -43,7 +43,8 @@ from .._checking.invariants import settled_codes
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
-from .._reading.adapters import _LAYER, FEATURES, AdapterSpec
+from .._reading.adapters import FEATURES, AdapterSpec
+from .._reading.grammar import LAYER_INDEX as _LAYER
 from ._base import AttachReport, Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "instrument", "layer_violations", "layout_registry", "uninstrument"]

@@ -6,20 +6,18 @@ from __future__ import annotations
 from lora_guard._checking.checks import check_moe_layouts
 from lora_guard._checking.registry import adapter_check
 from lora_guard._checking.rules.context import AdapterContext
-from lora_guard._checking.rules.memo import remember
 from lora_guard._core.errors import Violation
 
 
 @adapter_check("LG002", position=150)
 def mixed_moe_layout(ctx: AdapterContext) -> list[Violation]:
-    """A header found unmixed once (a recipe's, with the run's memo) is not classified
-    again."""
+    """A recipe found unmixed once (its `RecipeOutcome`) is not classified again."""
     if ctx.spec.moe_layout is None:
         return []
-    tensors, memo = ctx.spec.tensors, ctx.memo
-    if memo is not None and memo.moe.get(id(tensors)) is tensors:
+    tensors, shared = ctx.spec.tensors, ctx.shared
+    if shared is not None and shared.unmixed:
         return []
     mixed = check_moe_layouts(ctx.subject, tensors)[1]
-    if memo is not None and not mixed:
-        remember(memo.moe, id(tensors), tensors)
+    if shared is not None and not mixed:
+        shared.unmixed = True
     return mixed

@@ -5,7 +5,6 @@ alone (``vocab_size``)."""
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Collection
 from typing import Any
@@ -18,6 +17,7 @@ from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
 from lora_guard._reading.architectures import ARCHITECTURE_NAMES
 from lora_guard._reading.basemodel import BaseModelDims
+from lora_guard._reading.bounded import Bounded
 
 __all__ = ["base_model_mismatch", "fits_base"]
 
@@ -100,9 +100,17 @@ def _foreign(module: LoRAModuleSpec, base: BaseModelDims,
     return _foreign_name(module.module, model_type, "packed-names-native" not in rules)
 
 
-@functools.lru_cache(maxsize=4096)
 def _foreign_name(path: str, model_type: str, fused_ok: bool) -> bool:
     """`_foreign` of a module path (asked for every module of every adapter: remembered)."""
+    return _FOREIGN.get_or_make((path, model_type, fused_ok),
+                                lambda: _foreign_path(path, model_type, fused_ok))
+
+
+_FOREIGN: Bounded[tuple[str, str, bool], bool] = Bounded(
+    4096, "whether a module path is foreign to an architecture (a model's module paths)")
+
+
+def _foreign_path(path: str, model_type: str, fused_ok: bool) -> bool:
     names = ARCHITECTURE_NAMES[model_type]
     if ".experts." in path + ".":
         return False

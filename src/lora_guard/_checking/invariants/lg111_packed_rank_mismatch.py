@@ -9,7 +9,6 @@ import re
 
 from lora_guard._checking.registry import adapter_check
 from lora_guard._checking.rules.context import AdapterContext
-from lora_guard._checking.rules.memo import remember
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PART_OF
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import LoRAModuleSpec
@@ -24,22 +23,22 @@ def _packed_parent(module: LoRAModuleSpec) -> tuple[str, str] | None:
 
 @adapter_check("LG111", position=100)
 def packed_rank_mismatch(ctx: AdapterContext) -> list[Violation]:
-    """Modules without a rank are not compared; a header found uniform once (a recipe's, with
-    the run's memo) is not grouped again."""
+    """Modules without a rank are not compared; a recipe found uniform once (its
+    `RecipeOutcome`) is not grouped again (its experts are compared for every adapter)."""
     experts = _expert_ranks(ctx) if "moe-expert-ranks" in ctx.limits.engine_rules else []
     if "packed-ranks-uniform" not in ctx.limits.engine_rules:
         return experts
-    modules, memo = ctx.spec.modules, ctx.memo
-    if memo is not None and memo.packed.get(id(modules)) is modules:
-        return []
+    modules, shared = ctx.spec.modules, ctx.shared
+    if shared is not None and shared.packed_uniform:
+        return experts
     groups: dict[tuple[str, str], dict[str, int]] = {}
     for m in modules.values():
         parent = _packed_parent(m) if m.rank else None
         if parent is not None:
             groups.setdefault(parent, {})[m.target] = int(m.rank or 0)
     bad = [(k, v) for k, v in groups.items() if len(set(v.values())) > 1]
-    if memo is not None and not bad:
-        remember(memo.packed, id(modules), modules)
+    if shared is not None and not bad:
+        shared.packed_uniform = True
     engine = ctx.limits.engine or "the server"
     return [make_violation(
         "LG111", "packed", ctx.subject, packed=packed, layer=layer or "the model",

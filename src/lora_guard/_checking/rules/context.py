@@ -1,6 +1,7 @@
 """`AdapterContext`: what every check of one adapter reads (the adapter, the limits) and the
-facts several checks share, each computed once per adapter (or once per recipe, with a run's
-`Memo`): the zero-size tensors, and the one pass over the adapter's LoRA modules."""
+facts several checks share, each computed once per adapter (or once per recipe, with the
+recipe's `RecipeOutcome`): the zero-size tensors, and the one pass over the adapter's LoRA
+modules."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, NamedTuple
 
 from lora_guard._checking.limits import ServingLimits
 from lora_guard._checking.registry import ModuleRule, module_rules
-from lora_guard._checking.rules.memo import Memo, ModuleOutcome, remember
+from lora_guard._checking.rules.recipe_outcome import ModuleOutcome, RecipeOutcome
 from lora_guard._checking.rules.shared import Expected, Grouped, more
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
@@ -36,22 +37,22 @@ class AdapterContext:
     """One adapter as its checks see it.
 
     ``subject`` names it in messages; ``vocab_size`` and ``module_dims`` are what a guard
-    knows of the live base model (`spec_violations`); ``memo`` is the run's memory across
-    the adapters of a recipe (`check_adapters`)."""
+    knows of the live base model (`spec_violations`); ``shared`` is what the checks of the
+    adapter's recipe found before it about what its adapters share (`check_adapters`)."""
 
-    __slots__ = ("_empty", "_modules", "limits", "memo", "module_dims", "spec", "subject",
+    __slots__ = ("_empty", "_modules", "limits", "module_dims", "shared", "spec", "subject",
                  "vocab_size")
 
     def __init__(self, subject: str, spec: AdapterSpec, limits: ServingLimits, *,
                  vocab_size: int | None = None,
                  module_dims: Mapping[str, tuple[Expected, Expected]] | None = None,
-                 memo: Memo | None = None) -> None:
+                 shared: RecipeOutcome | None = None) -> None:
         self.subject = subject
         self.spec = spec
         self.limits = limits
         self.vocab_size = vocab_size
         self.module_dims = module_dims
-        self.memo = memo
+        self.shared = shared
         self._empty: tuple[tuple[str, ...], frozenset[str]] | None = None
         self._modules: ModulePass | None = None
 
@@ -65,7 +66,7 @@ class AdapterContext:
     def empty(self) -> tuple[tuple[str, ...], frozenset[str]]:
         """The keys of the zero-size tensors, in the header's order and as a set."""
         if self._empty is None:
-            self._empty = _empty_tensors(self.spec.tensors, self.memo)
+            self._empty = _empty_tensors(self.spec.tensors, self.shared)
         return self._empty
 
     @property
@@ -76,28 +77,26 @@ class AdapterContext:
         return self._modules
 
     def _module_pass(self) -> ModulePass:
-        """Once per header and ``r`` in a set check: the modules' outcome is the same for
-        every adapter of a recipe. Computed each time: a ``rank_pattern`` or ``use_bdlora``
+        """Once per recipe in a set check: the modules' outcome is the same for every
+        adapter of a recipe. Computed each time: a ``rank_pattern`` or ``use_bdlora``
         (they change what each module is compared with), an outcome that names the adapter
         (LG102 between A and B), and for a guard that knows the live model's dims."""
-        memo, config = self.memo, self.spec.config
-        if memo is None or self.vocab_size is not None or self.module_dims is not None or (
+        shared, config = self.shared, self.spec.config
+        if shared is None or self.vocab_size is not None or self.module_dims is not None or (
                 config.get("use_bdlora") is not None or config.get("rank_pattern")):
             return self._run_rules()
-        modules, tensors = self.spec.modules, self.spec.tensors
-        key = (id(modules), int(config["r"]))
-        hit = memo.modules.get(key)
-        if hit is not None and hit.modules is modules and hit.tensors is tensors:
+        hit = shared.modules
+        if hit is not None:
             grouped = Grouped()
             for group, name, count, details in hit.grouped:
                 grouped.items[group] = [name, count, details]
             return ModulePass(grouped, [], dict(hit.ranks))
         outcome = self._run_rules()
         if not outcome.found:
-            remember(memo.modules, key, ModuleOutcome(
-                modules, tensors, tuple((group, name, count, details) for group, (
+            shared.modules = ModuleOutcome(
+                tuple((group, name, count, details) for group, (
                     name, count, details) in outcome.grouped.items.items()),
-                tuple(outcome.ranks.items())))
+                tuple(outcome.ranks.items()))
         return outcome
 
     def _run_rules(self) -> ModulePass:
@@ -145,15 +144,13 @@ def grouped_violations(ctx: AdapterContext, code: str, target: str,
 
 
 def _empty_tensors(tensors: Mapping[str, Any],
-                   memo: Memo | None) -> tuple[tuple[str, ...], frozenset[str]]:
-    if memo is not None:
-        hit = memo.empty.get(id(tensors))
-        if hit is not None and hit[0] is tensors:
-            return hit[1]
+                   shared: RecipeOutcome | None) -> tuple[tuple[str, ...], frozenset[str]]:
+    if shared is not None and shared.empty is not None:
+        return shared.empty
     ordered = tuple([key for key, info in tensors.items() if 0 in info.shape])
     empty = (ordered, frozenset(ordered)) if ordered else _NO_KEYS
-    if memo is not None:
-        remember(memo.empty, id(tensors), (tensors, empty))
+    if shared is not None:
+        shared.empty = empty
     return empty
 
 

@@ -1,0 +1,97 @@
+"""`Bounded`: the one cache type of the reader and the checker, least recently used out.
+
+Every memory the reader and the checker keep across adapters is a `Bounded` with a size and
+a sentence that says what it bounds; `forget_all` empties every one of them (benchmarks
+measure a first read with it; nothing else needs it, since an entry is only ever reused for
+the same key, and a key is the bytes or the values the entry was computed from).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Bounded", "caches", "forget_all"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_MISSING: Any = object()
+_ALL: weakref.WeakSet[Bounded[object, object]] = weakref.WeakSet()
+
+
+class Bounded(Generic[K, V]):
+    """At most ``size`` entries; a new one pushes out the least recently used.
+
+    ``what`` says what the cache holds and why it is bounded at ``size`` (shown by
+    ``repr``, listed in the performance page).
+
+    Example:
+        >>> from lora_guard._reading.bounded import Bounded
+        >>> squares = Bounded[int, int](2, "squares of small numbers (an example)")
+        >>> squares.get_or_make(3, lambda: 9), squares.get_or_make(4, lambda: 16)
+        (9, 16)
+        >>> _ = squares.get(3)  # 3 used: 4 is now the least recently used
+        >>> _ = squares.get_or_make(5, lambda: 25)
+        >>> squares.get(4) is None, len(squares)
+        (True, 2)
+    """
+
+    __slots__ = ("__weakref__", "_entries", "size", "what")
+
+    def __init__(self, size: int, what: str) -> None:
+        if size < 1:
+            raise ValueError(f"Bounded(size=...) takes a positive size, got {size!r}")
+        self.size = size
+        self.what = what
+        self._entries: OrderedDict[K, V] = OrderedDict()
+        _ALL.add(self)  # type: ignore[arg-type]
+
+    def get(self, key: K) -> V | None:
+        """The entry of ``key`` (now the most recently used), or None."""
+        value = self._entries.get(key, _MISSING)
+        if value is _MISSING:
+            return None
+        self._entries.move_to_end(key)
+        return value  # type: ignore[no-any-return]
+
+    def put(self, key: K, value: V) -> V:
+        """Remember ``value`` for ``key`` (the least recently used entry goes when full)."""
+        entries = self._entries
+        entries[key] = value
+        entries.move_to_end(key)
+        if len(entries) > self.size:
+            entries.popitem(last=False)
+        return value
+
+    def get_or_make(self, key: K, make: Callable[[], V]) -> V:
+        """The entry of ``key``, made by ``make()`` and remembered when there is none (an
+        exception from ``make`` is raised and nothing is remembered; None is an entry)."""
+        value = self._entries.get(key, _MISSING)
+        if value is _MISSING:
+            return self.put(key, make())
+        self._entries.move_to_end(key)
+        return value  # type: ignore[no-any-return]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Bounded({len(self._entries)}/{self.size}: {self.what})"
+
+
+def caches() -> list[Bounded[Any, Any]]:
+    """Every live `Bounded` cache of the process (the reader's, the checker's of a run in
+    progress), for a look at what is remembered and how much."""
+    return list(_ALL)
+
+
+def forget_all() -> None:
+    """Empty every `Bounded` cache of the process."""
+    for cache in list(_ALL):
+        cache.clear()

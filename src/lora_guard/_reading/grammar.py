@@ -1,0 +1,383 @@
+"""PEFT's key grammar: which tensor of a safetensors header is which half of which LoRA
+module (``lora_A/B``, ``lora_embedding_A/B``, DoRA magnitudes, ``lora_B.bias``,
+``modules_to_save``, saved embeddings, trainable tokens), each module's record
+(`LoRAModuleSpec`), and `Parts`: what a header's tensors say."""
+
+from __future__ import annotations
+
+import re
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from lora_guard._core.frozen import builder
+from lora_guard._reading.bounded import Bounded
+from lora_guard._reading.config import (
+    MATCH_BUDGET,
+    _pattern_cost,
+    pattern_value,
+)
+from lora_guard._reading.malformed import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    Malformed,
+)
+from lora_guard._reading.moe import MoELayout, moe_layout
+from lora_guard._reading.safetensors import (
+    TensorInfo,
+)
+
+_PREFIX = "base_model.model."
+
+
+_EMBEDDING_NAMES = ("embed_tokens", "lm_head", "wte", "embed_in", "word_embeddings",
+                    "embed_out", "tok_embeddings", "output")
+
+
+LAYER_INDEX = re.compile(r"\.(?:layers|h|blocks|layer|decoder\.layers)\.(\d+)\.")
+
+
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+
+
+MAX_INDEX_DIGITS = 9
+"""Most digits of a layer or expert index in a weight's name (a billion layers): a longer one
+is refused by name, never handed to ``int`` (which refuses past 4,300 digits in its own
+words)."""
+
+
+def _index(digits: str, module: str, what: str) -> int:
+    """A layer or expert index of a module's name, at most `MAX_INDEX_DIGITS` digits."""
+    if len(digits) > MAX_INDEX_DIGITS:
+        raise Malformed(WEIGHTS_NAME, f"module {module!r} has {what} index of {len(digits):,} "
+                        f"digits; no model has that many (at most {MAX_INDEX_DIGITS} digits)")
+    return int(digits)
+
+
+@dataclass(frozen=True, slots=True)
+class LoRAModuleSpec:
+    """One LoRA module of an adapter: its A and B halves as the safetensors header shows them.
+
+    ``kind`` is ``"linear"``, ``"embedding"``, ``"moe-per-expert"`` (2D weights under
+    ``experts.<i>.``), ``"moe-packed"`` (3D under an experts module, dim 0 = experts or 1),
+    ``"moe-flat"`` (PEFT ``target_parameters``, rank x experts rows) or ``"conv"`` (a
+    convolution's halves: A ``(r, in, *kernel)``, B ``(out, r, *kernel)``). ``rank`` is
+    the rank per expert when the expert count is known; a half that is missing has shape
+    None (an orphan).
+
+    Example:
+        >>> import lora_guard as lg
+        >>> m = lg.LoRAModuleSpec(module="model.layers.0.self_attn.q_proj", target="q_proj",
+        ...     kind="linear", rank=8, a_shape=(8, 64), b_shape=(64, 8), dtype="float16", layer=0)
+        >>> m.in_features, m.out_features
+        (64, 64)
+    """
+
+    module: str
+    """Module path in the base model, e.g. ``model.layers.0.self_attn.q_proj``."""
+    target: str
+    """The module type servers name it by: ``q_proj``, ``gate_up_proj``, ``embed_tokens``."""
+    kind: str
+    """``linear``, ``embedding``, ``moe-per-expert``, ``moe-packed``, ``moe-flat`` or ``conv``."""
+    rank: int | None
+    """Rank (per expert for MoE); None when it cannot be told (empty or missing halves)."""
+    a_shape: tuple[int, ...] | None
+    """Shape of lora_A (``lora_embedding_A``), None when it is missing."""
+    b_shape: tuple[int, ...] | None
+    """Shape of lora_B (``lora_embedding_B``), None when it is missing."""
+    dtype: str
+    """dtype of the halves (the first one's when they differ)."""
+    layer: int | None = None
+    """Layer index, when the module path has one."""
+    expert: int | None = None
+    """Expert index for per-expert MoE weights."""
+    experts: int | None = None
+    """Expert count held by a packed or flat MoE module (None when unknown or dense)."""
+    a_key: str | None = None
+    """Tensor key of the A half."""
+    b_key: str | None = None
+    """Tensor key of the B half."""
+
+    @property
+    def in_features(self) -> int | None:
+        """A's in dim (its last dim; a convolution's in channels); the vocab for an embedding."""
+        if self.kind == "conv":
+            return self.a_shape[1] if self.a_shape and len(self.a_shape) > 1 else None
+        return self.a_shape[-1] if self.a_shape else None
+
+    @property
+    def out_features(self) -> int | None:
+        """B's out dim (its second to last dim; a convolution's out channels)."""
+        if self.kind == "conv":
+            return self.b_shape[0] if self.b_shape else None
+        return self.b_shape[-2] if self.b_shape and len(self.b_shape) >= 2 else None
+
+
+_SUFFIX_ROLES = (
+    (".lora_A.weight", "A"), (".lora_B.weight", "B"),
+    (".lora_embedding_A", "eA"), (".lora_embedding_B", "eB"),
+    (".lora_magnitude_vector", "dora"), (".lora_magnitude_vector.weight", "dora"),
+    (".lora_B.bias", "lora_bias"),
+    (".token_adapter.trainable_tokens_delta", "trainable_tokens"),
+    (".lora_A", "A"), (".lora_B", "B"),
+)
+"""The key suffixes of LoRA grammar and the role of each, in the order they are tried."""
+
+
+_LORA_ROLES = {
+    "A.weight": "A", "B.weight": "B", "embedding_A": "eA", "embedding_B": "eB",
+    "magnitude_vector": "dora", "magnitude_vector.weight": "dora", "B.bias": "lora_bias",
+    "A": "A", "B": "B",
+}
+"""What follows a key's last ``.lora_``, for the suffixes `_split_key` knows (no suffix ends
+another, so the last ``.lora_`` starts the only one that can match)."""
+
+
+def _split_key(key: str) -> tuple[str, str] | None:
+    """(module, role) for a key in LoRA grammar, role in A/B/eA/eB/dora/lora_bias/...;
+    None for any other key."""
+    name = key.removeprefix(_PREFIX)
+    module, dot, rest = name.rpartition(".lora_")
+    role = _LORA_ROLES.get(rest) if dot and module else None
+    if role is not None:  # nearly every key: one C call instead of up to ten endswith
+        return module, role
+    for suffix, role in _SUFFIX_ROLES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], role
+    return None
+
+
+def _leaf(module: str) -> str:
+    return module.rsplit(".", 1)[-1]
+
+
+def _matches_saved(module: str, saved: list[str]) -> bool:
+    return any(module == s or module.endswith("." + s) for s in saved)
+
+
+def _classify_other(key: str, config: Mapping[str, Any]) -> str | None:
+    """What a key outside the A/B grammar is, or None when it is not understood."""
+    name = key.removeprefix(_PREFIX)
+    saved = config.get("modules_to_save") or []
+    if name.endswith(".base_layer.weight"):
+        module = name[: -len(".base_layer.weight")]
+        if _leaf(module) in _EMBEDDING_NAMES:
+            return "embedding-base"
+    if name.endswith(".weight") and _leaf(name[: -len(".weight")]) in _EMBEDDING_NAMES and not (
+            saved and _matches_saved(name[: -len(".weight")], saved)):
+        return "embedding-base"  # save_embedding_layers of an embedding that is no LoRA target
+    for suffix in (".weight", ".bias"):
+        if name.endswith(suffix):
+            module = name[: -len(suffix)]
+            module = module.replace(".modules_to_save.default", "")
+            if saved and _matches_saved(module, saved):
+                return "modules_to_save"
+            if suffix == ".bias" and config.get("bias", "none") != "none":
+                return "bias"
+    return None
+
+
+def _flat_targets(config: Mapping[str, Any], module: str = "") -> list[str]:
+    """Targeted parameter names of a module, innermost wrapper first.
+
+    PEFT stores ``target_parameters`` sorted, but nests one wrapper per parameter in the
+    module's registration order, which is gate/up before down in every MoE block in
+    transformers; so gate/up-like names come first. A name qualified with a module path
+    (``mlp.experts.down_proj``) counts only for a module it names (PEFT's suffix rule: the
+    router's ``gate.weight`` is not a parameter of ``mlp.experts``), and a parameter listed
+    both bare and qualified (as PEFT writes after converting a transformers v4 MoE config)
+    counts once.
+    """
+    names: list[str] = []
+    for entry in config.get("target_parameters") or []:
+        if not isinstance(entry, str) or not entry:
+            continue
+        name = entry.rsplit(".", 1)[-1]
+        if module and "." in entry and not (
+            f"{module}.{name}" == entry or f"{module}.{name}".endswith("." + entry)):
+            continue
+        if name not in names:
+            names.append(name)
+    return sorted(names, key=lambda n: not any(t in n for t in ("gate", "up", "w1", "w3")))
+
+
+def parameter_key(module: str, target: str, kind: str) -> str:
+    """The name PEFT matches ``rank_pattern`` against: the module path, or for a wrapped
+    parameter (``target_parameters``) the unwrapped module path and the parameter name.
+
+    Example:
+        >>> from lora_guard._reading.adapters import parameter_key
+        >>> parameter_key("model.layers.0.mlp.experts.base_layer", "gate_up_proj", "moe-flat")
+        'model.layers.0.mlp.experts.gate_up_proj'
+        >>> parameter_key("model.layers.0.self_attn.q_proj", "q_proj", "linear")
+        'model.layers.0.self_attn.q_proj'
+    """
+    if kind != "moe-flat":
+        return module
+    while module.endswith(".base_layer"):
+        module = module[: -len(".base_layer")]
+    return f"{module}.{target}"
+
+
+def _target_of(module: str, config: Mapping[str, Any]) -> tuple[str, str, int | None]:
+    """(target, kind, expert index) of a module path."""
+    if "experts" not in module and not module.endswith(".base_layer"):
+        return module.rpartition(".")[2], "linear", None  # what the rules below give it
+    expert_match = _EXPERT.search(module + ".")
+    if expert_match:
+        return _leaf(module), "moe-per-expert", _index(expert_match.group(1), module,
+                                                        "an expert")
+    stripped = module
+    depth = 0
+    while stripped.endswith(".base_layer"):
+        stripped = stripped[: -len(".base_layer")]
+        depth += 1
+    if _leaf(stripped) == "experts" or (config.get("target_parameters") and depth):
+        names = _flat_targets(config, stripped)
+        if names and depth < len(names):
+            return names[len(names) - 1 - depth], "moe-flat", None
+        return _leaf(stripped), "moe-flat", None
+    if ".experts." in module + ".":
+        return _leaf(module), "moe-packed", None
+    return _leaf(module), "linear", None
+
+
+def _module_record(
+    module: str,
+    halves: Mapping[str, str],
+    tensors: Mapping[str, TensorInfo],
+    config: Mapping[str, Any],
+) -> LoRAModuleSpec:
+    """The record of one module from its halves' keys; made once per distinct module name,
+    keys, shapes and dtypes (`_RECORDS`) unless the config changes it (``target_parameters``
+    names the wrapped parameters; a ``moe-flat`` rank reads ``r`` and ``rank_pattern``)."""
+    a_key = halves.get("A") or halves.get("eA")
+    b_key = halves.get("B") or halves.get("eB")
+    a = tensors[a_key] if a_key else None
+    b = tensors[b_key] if b_key else None
+    embedding = "eA" in halves or "eB" in halves
+    if config.get("target_parameters"):
+        return _new_record(module, a_key, b_key, a, b, embedding, config)
+    key = (module, a_key, b_key, embedding, a and a.shape, b and b.shape, a and a.dtype,
+           b and b.dtype)
+    record = _RECORDS.get(key)
+    if record is None:
+        record = _new_record(module, a_key, b_key, a, b, embedding, config)
+        if record.kind != "moe-flat":
+            _RECORDS.put(key, record)
+    return record
+
+
+_RECORDS: Bounded[tuple[Any, ...], LoRAModuleSpec] = Bounded(
+    16_384, "module records by module name, keys, shapes and dtypes: the adapters of one "
+    "base model and rank repeat them, whatever else their files hold")
+
+
+def _new_record(
+    module: str, a_key: str | None, b_key: str | None, a: TensorInfo | None,
+    b: TensorInfo | None, embedding: bool, config: Mapping[str, Any],
+) -> LoRAModuleSpec:
+    target, kind, expert = _target_of(module, config)
+    if embedding:
+        kind = "embedding"
+    a_shape = a.shape if a else None
+    b_shape = b.shape if b else None
+    wide = [s for s in (a_shape, b_shape) if s and len(s) > 2]
+    if kind != "embedding" and wide:
+        # packed MoE weights are 3D under an experts module; other N-D halves are convolutions
+        packed = "experts" in module.split(".") and all(len(s) == 3 for s in wide)
+        kind = "moe-packed" if packed else "conv"
+    half = a or b
+    rank, experts = _rank_and_experts(kind, target, a_shape, b_shape)
+    if kind == "moe-flat" and rank:
+        r = (pattern_value(config.get("rank_pattern") or {}, parameter_key(module, target, kind))
+             or config.get("r"))
+        if isinstance(r, int) and r > 0 and rank % r == 0:
+            experts = rank // r
+            rank = r
+    if rank == 0:
+        rank = None
+    layer_match = LAYER_INDEX.search("." + module + ".")
+    return _built_module(
+        module, target, kind, rank, a_shape, b_shape, half.dtype if half else "",
+        _index(layer_match.group(1), module, "a layer") if layer_match else None, expert, experts,
+        a_key, b_key)
+
+
+_built_module = builder(LoRAModuleSpec)
+"""``LoRAModuleSpec`` of every field in order, built from a header the reader has checked."""
+
+
+def _rank_and_experts(kind: str, target: str, a_shape: tuple[int, ...] | None,
+                      b_shape: tuple[int, ...] | None) -> tuple[int | None, int | None]:
+    """The rank the halves show, and the expert count a packed MoE module holds."""
+    if kind == "moe-packed":
+        rank: int | None = None
+        if b_shape and len(b_shape) == 3:
+            rank = b_shape[-1]
+        elif a_shape and len(a_shape) == 3:
+            rank = a_shape[-2] // (2 if "gate_up" in target or "w13" in target else 1)
+        experts = max((s[0] for s in (a_shape, b_shape) if s and len(s) == 3), default=None)
+        return rank, experts
+    if a_shape and len(a_shape) >= 2:  # linear (r, in); conv (r, in, *kernel)
+        return a_shape[0], None
+    if b_shape and len(b_shape) >= 2:  # linear (out, r); conv (out, r, *kernel)
+        return b_shape[1], None
+    return None, None
+
+
+class Parts(NamedTuple):
+    """What a header's tensors say, with the few config fields it depends on."""
+
+    tensors: Mapping[str, TensorInfo]
+    modules: Mapping[str, LoRAModuleSpec]
+    extra: Mapping[str, str]
+    unknown: tuple[str, ...]
+    layout: MoELayout | None
+    targets: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    rank: int | None
+
+
+def parts_of(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> Parts:
+    """What a header's tensors say, read by LoRA's key grammar with the config's fields
+    (``tensors`` is kept, read-only: a caller passes a map of its own)."""
+    halves: dict[str, dict[str, str]] = {}
+    extra: dict[str, str] = {}
+    unknown: list[str] = []
+    for key in tensors:
+        split = _split_key(key)
+        if split is not None and split[1] in ("A", "B", "eA", "eB"):
+            halves.setdefault(split[0], {})[split[1]] = key
+        elif split is not None:
+            extra[key] = split[1]
+        else:
+            other = _classify_other(key, config)
+            if other is None:
+                unknown.append(key)
+            else:
+                extra[key] = other
+    if _pattern_cost(config, halves) > MATCH_BUDGET:
+        raise Malformed(CONFIG_NAME, f"rank_pattern/alpha_pattern would take more than "
+                        f"{MATCH_BUDGET:,} regex steps to match against the "
+                        f"{len(halves):,} module names (longest "
+                        f"{max(map(len, halves), default=0):,} characters); use shorter "
+                        "patterns with fewer '.*'", kind="malformed")
+    modules = {
+        module: _module_record(module, parts, tensors, config)
+        for module, parts in sorted(halves.items())
+    }
+    layout = moe_layout(tensors)
+    lora_keys = [k for parts in halves.values() for k in parts.values()]
+    ranks = [m.rank for m in modules.values() if m.rank]
+    return Parts(
+        tensors=types.MappingProxyType(tensors),
+        modules=types.MappingProxyType(modules),
+        extra=types.MappingProxyType(extra),
+        unknown=tuple(sorted(unknown)),
+        layout=layout,
+        targets=tuple(sorted({m.target for m in modules.values()})),
+        dtypes=tuple(sorted({tensors[k].dtype for k in lora_keys})),
+        rank=max(ranks) if ranks else None,
+    )

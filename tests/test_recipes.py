@@ -1,0 +1,93 @@
+"""A fleet trained from a few recipes: adapters whose config and header bytes are identical
+form one `Recipe`, read and checked once; each adapter still gets its own verdict, and what
+is remembered across adapters is bounded and can be forgotten."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import lora_guard as lg
+from lora_guard._reading.adapters import Recipe, forget_remembered, read_recipes
+from lora_guard._reading.bounded import Bounded, caches
+from lora_guard._testing.adapter_writer import write_adapter
+
+
+def _fleet(root: pathlib.Path, copies: int) -> list[pathlib.Path]:
+    """``copies`` adapters of each of two recipes (rank 8 and rank 64), as a fleet that
+    copies a few trained adapters around."""
+    templates = [write_adapter(root / "t8", rank=8), write_adapter(root / "t64", rank=64)]
+    folders = []
+    for i in range(copies):
+        for template in templates:
+            folder = root / "fleet" / f"{template.name}-{i}"
+            shutil.copytree(template, folder)
+            folders.append(folder)
+    return folders
+
+
+def test_adapters_with_the_same_bytes_are_one_recipe_read_once(tmp_path: pathlib.Path) -> None:
+    folders = _fleet(tmp_path, 3)
+    reads = read_recipes(folders)
+    recipes = [read.recipe for read in reads if not isinstance(read, Exception)]
+    assert len(recipes) == 6
+    assert len(set(recipes)) == 2  # equal by digest: two recipes
+    assert all(isinstance(recipe, Recipe) for recipe in recipes)
+    by_digest: dict[str, list[lg.AdapterSpec]] = {}
+    for read in reads:
+        assert not isinstance(read, Exception)
+        by_digest.setdefault(read.recipe.digest, []).append(read.spec)
+    for specs in by_digest.values():  # the members share what the recipe holds
+        assert all(spec.modules is specs[0].modules for spec in specs)
+        assert all(spec.config is specs[0].config for spec in specs)
+        assert len({spec.path for spec in specs}) == 3  # each its own folder
+
+
+def test_one_byte_of_config_changed_is_another_recipe(tmp_path: pathlib.Path) -> None:
+    a = write_adapter(tmp_path / "a", rank=8)
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    config = (b / "adapter_config.json").read_text()
+    alpha = f'"lora_alpha": {json.loads(config)["lora_alpha"]},'
+    assert alpha in config
+    (b / "adapter_config.json").write_text(config.replace(alpha, '"lora_alpha": 32,'))
+    first, second = read_recipes([a, b])
+    assert not isinstance(first, Exception) and not isinstance(second, Exception)
+    assert first.recipe != second.recipe
+    assert second.spec.config["lora_alpha"] == 32
+
+
+def test_each_adapter_of_a_recipe_gets_its_own_verdict(tmp_path: pathlib.Path) -> None:
+    """The rank-64 recipe breaks max_rank 16: every copy is reported, each under its name,
+    exactly as each is reported alone."""
+    _fleet(tmp_path, 3)
+    limits = lg.ServingLimits(max_rank=16)
+    report = lg.check_adapters(tmp_path / "fleet", limits)
+    assert report.codes() == ["LG101"] * 3
+    names = sorted(v.subject.rsplit("/", 1)[-1].rstrip("'") for v in report.violations)
+    assert names == ["t64-0", "t64-1", "t64-2"]
+    for violation, name in zip(report.violations, names, strict=True):
+        alone = lg.check_adapters(tmp_path / "fleet" / name, limits).violations
+        assert [(v.code, v.subject, v.message) for v in alone] == [
+            (violation.code, violation.subject, violation.message)]
+
+
+def test_forget_remembered_empties_every_cache(tmp_path: pathlib.Path) -> None:
+    _fleet(tmp_path, 2)
+    lg.check_adapters(tmp_path / "fleet", lg.ServingLimits(max_rank=16))
+    assert any(len(cache) for cache in caches())  # the run remembered configs and recipes
+    forget_remembered()
+    assert [cache for cache in caches() if len(cache)] == []
+    again = lg.check_adapters(tmp_path / "fleet", lg.ServingLimits(max_rank=16))
+    assert again.codes() == ["LG101"] * 2  # read again from the files: the same verdicts
+
+
+def test_a_cache_keeps_at_most_its_size_least_recently_used_out() -> None:
+    cache: Bounded[int, str | None] = Bounded(3, "a test's numbers")
+    for n in range(10):
+        value = None if n % 2 else str(n)  # None is an entry too
+        cache.get_or_make(n, lambda value=value: value)  # type: ignore[misc]
+        assert len(cache) <= 3
+    assert cache.get_or_make(9, lambda: "made again") is None  # remembered, not made again
+    assert cache.get(0) is None and len(cache) == 3
