@@ -255,12 +255,14 @@ def test_peft_loading_a_4_layer_adapter_into_a_2_layer_model_is_lg109(
 
     folder = save(llama(num_hidden_layers=4), LoraConfig(r=8, target_modules=["q_proj"]),
                   tmp_path / "deep")
+    was = peft_guard.INTEGRATION.instrumented  # the session's instrumentation stays as it was
     peft_guard.instrument()
     try:
         with pytest.raises(lg.AdapterError) as caught:
             PeftModel.from_pretrained(llama(), str(folder))
     finally:
-        peft_guard.uninstrument()
+        if not was:
+            peft_guard.uninstrument()
     assert caught.value.code == "LG109"
     assert "layers.3.self_attn.q_proj.lora_A.weight (and 1 more) is for layer 3, but the " \
            "base model has 2 layers" in str(caught.value)
@@ -291,12 +293,14 @@ def test_a_conv_lora_with_groups_is_not_lg102(tmp_path: pathlib.Path) -> None:
 
     from lora_guard.integrations import peft as peft_guard
 
+    was = peft_guard.INTEGRATION.instrumented  # the session's instrumentation stays as it was
     peft_guard.instrument()
     try:
         torch.manual_seed(0)
         loaded = PeftModel.from_pretrained(_GroupedConv(), str(folder))
     finally:
-        peft_guard.uninstrument()
+        if not was:
+            peft_guard.uninstrument()
     assert loaded(torch.zeros(1, 8, 5, 5)).shape == (1, 4)
 
 

@@ -65,9 +65,13 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(autouse=True)
 def instrumented() -> Iterator[None]:
+    was = peft_guard.INTEGRATION.instrumented  # --lora-guard-instrument=peft: the session's stays on
     peft_guard.instrument()
     yield
-    peft_guard.uninstrument()
+    if was:
+        peft_guard.instrument()  # a test that turned it off gives it back
+    else:
+        peft_guard.uninstrument()
 
 
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
