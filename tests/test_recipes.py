@@ -91,3 +91,21 @@ def test_a_cache_keeps_at_most_its_size_least_recently_used_out() -> None:
         assert len(cache) <= 3
     assert cache.get_or_make(9, lambda: "made again") is None  # remembered, not made again
     assert cache.get(0) is None and len(cache) == 3
+
+
+def test_every_copy_of_an_moe_recipe_keeps_its_experts_rank_findings(
+    tmp_path: pathlib.Path,
+) -> None:
+    """sglang packs each expert's gate/up at one rank (found uniform once per recipe) and
+    every expert at the pool's rank: expert 0 trained at rank 16 is reported for each copy,
+    not only the first one checked."""
+    first = write_adapter(tmp_path / "fleet" / "a", moe_layout="per-expert",
+                          targets=("gate_proj", "up_proj", "down_proj"),
+                          rank_pattern={f"experts.0.{p}": 16
+                                        for p in ("gate_proj", "up_proj", "down_proj")})
+    shutil.copytree(first, tmp_path / "fleet" / "b")
+    report = lg.check_adapters(tmp_path / "fleet", lg.ServingLimits.for_engine("sglang"))
+    experts = {adapter_id.rsplit("/", 1)[-1]: [
+        v for v in found if v.code == "LG111" and "the experts of" in v.message]
+        for adapter_id, found in report.by_adapter.items()}
+    assert len(experts["a"]) == len(experts["b"]) == 6  # 2 layers x gate, up, down
