@@ -11,6 +11,7 @@ import shutil
 import lora_guard as lg
 from lora_guard._reading.adapters import Recipe, forget_remembered, read_recipes
 from lora_guard._reading.bounded import Bounded, caches
+from lora_guard._reading.safetensors import encode_header
 from lora_guard._testing.adapter_writer import write_adapter
 
 
@@ -109,3 +110,37 @@ def test_every_copy_of_an_moe_recipe_keeps_its_experts_rank_findings(
         v for v in found if v.code == "LG111" and "the experts of" in v.message]
         for adapter_id, found in report.by_adapter.items()}
     assert len(experts["a"]) == len(experts["b"]) == 6  # 2 layers x gate, up, down
+
+
+def _with_bias_key(folder: pathlib.Path, *, bias: str, name: str) -> pathlib.Path:
+    """``folder``'s adapter trained with PEFT's ``bias`` option: the header also saves the
+    base layer's bias of one module; its own name in the config and the header metadata."""
+    from lora_guard._reading.safetensors import read_safetensors_header, write_safetensors
+
+    weights = folder / "adapter_model.safetensors"
+    tensors, _ = read_safetensors_header(weights)
+    entries = [(key, info.dtype, info.shape) for key, info in tensors.items()]
+    module = next(iter(tensors)).split(".lora_")[0]
+    entries.append((module + ".bias", "float16", (64,)))
+    header, size = encode_header(entries, {"name": name})
+    write_safetensors(weights, header, size)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config.update(bias=bias, revision=name)
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_adapters_that_differ_only_in_a_field_the_key_grammar_reads_keep_their_verdicts(
+        tmp_path: pathlib.Path) -> None:
+    # the same tensors, their own names: PEFT's bias option decides what a saved bias is
+    none = _with_bias_key(write_adapter(tmp_path / "run" / "none"), bias="none", name="none")
+    every = _with_bias_key(write_adapter(tmp_path / "run" / "all"), bias="all", name="all")
+    together = sorted((v.subject, v.code, v.message)
+                      for v in lg.check_adapters(tmp_path / "run").violations)
+    alone = []
+    for folder in (every, none):
+        forget_remembered()
+        alone += [(v.subject, v.code, v.message) for v in lg.check_adapters(folder).violations]
+    assert together == sorted(alone)
+    by_name = [[c for s, c, _ in together if s.endswith(f"{n}'")] for n in ("none", "all")]
+    assert by_name == [["LG104"], ["LG105"]]  # a key no grammar reads; biases not served

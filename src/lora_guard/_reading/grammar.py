@@ -340,9 +340,29 @@ class Parts(NamedTuple):
     rank: int | None
 
 
+PARTS_FIELDS = ("r", "rank_pattern", "alpha_pattern", "target_parameters", "modules_to_save",
+                "bias")
+"""The config fields the key grammar reads (`parts_of` is given these alone)."""
+
+
 def parts_of(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> Parts:
-    """What a header's tensors say, read by LoRA's key grammar with the config's fields
-    (``tensors`` is kept, read-only: a caller passes a map of its own)."""
+    """What a header's tensors say, read by LoRA's key grammar with the config's
+    `PARTS_FIELDS` (``tensors`` is kept, read-only: a caller passes a map of its own).
+
+    Made once per distinct tensor entries and fields (`_PARTS`): adapters that differ only
+    in what the grammar does not read (a config's ``revision``, a header's
+    ``__metadata__``) share their parts."""
+    fields = {name: config[name] for name in PARTS_FIELDS if name in config}
+    key = (tuple(tensors.items()), repr(fields))  # JSON values: equal reprs, equal values
+    return _PARTS.get_or_make(key, lambda: _read_parts(tensors, fields))
+
+
+_PARTS: Bounded[tuple[tuple[tuple[str, TensorInfo], ...], str], Parts] = Bounded(
+    256, "the parts of a header by its tensor entries and the config fields the grammar "
+    "reads: adapters of one recipe but for their names and metadata share them")
+
+
+def _read_parts(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> Parts:
     halves: dict[str, dict[str, str]] = {}
     extra: dict[str, str] = {}
     unknown: list[str] = []
