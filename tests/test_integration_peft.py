@@ -65,7 +65,7 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(autouse=True)
 def instrumented() -> Iterator[None]:
-    was = peft_guard.INTEGRATION.instrumented  # --lora-guard-instrument=peft: the session's stays on
+    was = peft_guard.INTEGRATION.instrumented  # the session's --lora-guard-instrument stays
     peft_guard.instrument()
     yield
     if was:

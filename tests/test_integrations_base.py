@@ -17,6 +17,7 @@ import lora_guard as lg
 from lora_guard import integrations
 from lora_guard.integrations import Integration, IntegrationWarning
 from lora_guard.integrations._base import Patch
+from lora_guard.testing import write_adapter
 
 LIBRARY = """
 __version__ = "{version}"
@@ -389,3 +390,45 @@ def test_a_fast_path_calls_the_original_itself_and_hands_every_other_call_to_the
         guard.uninstrument()
     assert vars(module.Server)["load"] is original
     assert module.Server().load("new") == ("loaded", "new")
+
+
+# --- an adapter the engine has read already ------------------------------------------------
+
+
+def _as_read_by_an_engine(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The config and tensors an engine's loader holds after reading ``folder``."""
+    import torch
+    from safetensors.torch import load_file
+
+    config = json.loads((folder / "adapter_config.json").read_text())
+    tensors: dict[str, torch.Tensor] = load_file(str(folder / "adapter_model.safetensors"))
+    return config, tensors
+
+
+def test_an_adapter_the_engine_read_is_checked_without_reading_it_again(tmp_path: Path) -> None:
+    from lora_guard.integrations._base import loaded_adapter
+
+    folder = write_adapter(tmp_path / "good", rank=8)
+    config, tensors = _as_read_by_an_engine(folder)
+    spec, found = loaded_adapter(folder, config, tensors, "adapter 'good'")
+    assert found == [] and spec is not None and spec.rank == 8
+
+
+def test_a_weights_file_symlinked_out_of_the_folder_is_refused_though_the_engine_read_it(
+    tmp_path: Path,
+) -> None:
+    # An uploaded folder whose weights are a link to a file elsewhere on the server: the
+    # engine follows it and loads; the checks on what it read refuse it, as the reader does.
+    from lora_guard.integrations._base import engine_files_clean, loaded_adapter
+
+    elsewhere = write_adapter(tmp_path / "elsewhere", rank=8)
+    folder = write_adapter(tmp_path / "uploaded", rank=8)
+    (folder / "adapter_model.safetensors").unlink()
+    (folder / "adapter_model.safetensors").symlink_to(elsewhere / "adapter_model.safetensors")
+    config, tensors = _as_read_by_an_engine(folder)  # the engine followed the link
+
+    spec, found = loaded_adapter(folder, config, tensors, "adapter 'uploaded'")
+    assert spec is None and [v.code for v in found] == ["LG108"]
+    assert "leads outside the adapter folder" in found[0].message
+    assert not engine_files_clean(folder)
+    assert engine_files_clean(elsewhere)

@@ -46,6 +46,8 @@ from .._reading.adapters import (
     malformed_violation,
     read_config,
 )
+from .._reading.bounded import Bounded
+from .._reading.files import open_regular
 from .._reading.safetensors import TensorInfo
 
 __all__ = ["AttachReport", "Integration", "IntegrationWarning", "Patch", "loaded_adapter",
@@ -573,7 +575,9 @@ def loaded_adapter(
     """`local_adapter` of an adapter the library has read already: its config as the library
     parsed it and its tensors (their names, shapes and dtypes), so the checks run on what the
     library will serve and nothing is read twice. Only ``added_tokens.json``, which no engine
-    reads, is read from the folder (when it has one). The config is checked as the checker
+    reads, is read from the folder (when it has one), and the files the engine read are
+    opened once each to hold them to the reader's file rules (no symlink out of the folder,
+    no FIFO, no other user's hard link: LG108), unread. The config is checked as the checker
     checks a read one (`checked_config`: LoRA's fields, a finite ``lora_alpha``); what only
     the file's bytes tell (a duplicate key) is the library's reader's to refuse.
 
@@ -591,6 +595,7 @@ def loaded_adapter(
         checked = FrozenConfig(checked_config(dict(config)))
         infos = {name: _tensor_info(tensor) for name, tensor in tensors.items()}
         path = pathlib.Path(folder)
+        _files_stay_inside(path)
         spec = build_spec(path, checked, infos, {}, sum(i.nbytes for i in infos.values()),
                           added_tokens=_read_added_tokens(path))
     except Malformed as exc:
@@ -598,19 +603,39 @@ def loaded_adapter(
     return spec, []
 
 
-_INFOS: dict[tuple[Any, Any], TensorInfo] = {}
-"""One `TensorInfo` per (shape, dtype): the adapters a server loads share a handful, and
-shared entries let the reader remember each header's parts (`build_spec`)."""
+_INFOS = Bounded[tuple[Any, Any], TensorInfo](
+    4096, "one TensorInfo per (shape, dtype) of the tensors an engine loaded: the adapters a "
+    "server loads share a handful, and shared entries let the reader remember each header's "
+    "parts (build_spec)")
 
 
 def _tensor_info(tensor: Any) -> TensorInfo:
-    key = (tensor.shape, tensor.dtype)
-    info = _INFOS.get(key)
-    if info is None:
-        if len(_INFOS) >= 4096:
-            _INFOS.clear()
+    def make() -> TensorInfo:
         shape = tuple(int(n) for n in tensor.shape)
-        info = _INFOS[key] = TensorInfo(
-            shape=shape, dtype=str(tensor.dtype).removeprefix("torch."),
-            nbytes=math.prod(shape) * tensor.element_size())
-    return info
+        return TensorInfo(shape=shape, dtype=str(tensor.dtype).removeprefix("torch."),
+                          nbytes=math.prod(shape) * tensor.element_size())
+    return _INFOS.get_or_make((tensor.shape, tensor.dtype), make)
+
+
+def engine_files_clean(folder: str | os.PathLike[str]) -> bool:
+    """Whether the files an engine read from ``folder`` still obey the reader's file rules
+    (`loaded_adapter` names the problem when they do not)."""
+    try:
+        _files_stay_inside(pathlib.Path(folder))
+    except Malformed:
+        return False
+    return True
+
+
+_ENGINE_READS = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+"""The files an engine's loader reads from an adapter folder."""
+
+
+def _files_stay_inside(folder: pathlib.Path) -> None:
+    """The reader's file rules on the files the engine has read (a symlink leading outside
+    the folder, a FIFO, another user's hard link: `Malformed`), without reading them again:
+    one open and fstat each."""
+    for name in _ENGINE_READS:
+        opened = open_regular(folder, name)
+        if opened is not None:
+            os.close(opened[0])

@@ -53,7 +53,15 @@ from .._checking.limits import running_limits
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._reading.adapters import ADDED_TOKENS_NAME, AdapterSpec
-from ._base import AttachReport, Integration, Patch, loaded_adapter, local_adapter
+from .._reading.bounded import Bounded
+from ._base import (
+    AttachReport,
+    Integration,
+    Patch,
+    engine_files_clean,
+    loaded_adapter,
+    local_adapter,
+)
 
 __all__ = ["INTEGRATION", "instrument", "slot_violations", "uninstrument"]
 
@@ -384,8 +392,8 @@ def _check_loaded(load: _Load, config: dict[str, Any], tensors: dict[str, Any]) 
     with contextlib.suppress(TypeError):  # an unhashable value: checked, not remembered
         key = (id(limits), load.vocab, repr(config),
                tuple([(n, t.shape, t.dtype) for n, t in tensors.items()]))
-        if _CLEAN.get(key) is limits and not os.path.lexists(
-                os.path.join(load.lora_dir, ADDED_TOKENS_NAME)):
+        if _CLEAN.get(key) is limits and engine_files_clean(load.lora_dir) and not \
+                os.path.lexists(os.path.join(load.lora_dir, ADDED_TOKENS_NAME)):
             return
     subject = _subject(load.lora_dir)
     if not _VLLM_KEYS.isdisjoint(config):
@@ -397,14 +405,13 @@ def _check_loaded(load: _Load, config: dict[str, Any], tensors: dict[str, Any]) 
     report(found)
     if not found and key is not None and spec is not None and \
             "added_tokens" not in spec.features:
-        if len(_CLEAN) >= 256:
-            _CLEAN.clear()
-        _CLEAN[key] = limits
+        _CLEAN.put(key, limits)
 
 
-_CLEAN: dict[tuple[Any, ...], ServingLimits] = {}
-"""(limits, vocabulary, config, tensors) found clean -> those limits (held, so that their id
-in the key is not reused while the entry lives)."""
+_CLEAN = Bounded[tuple[Any, ...], ServingLimits](
+    256, "vLLM loads found clean: (the limits' identity, vocabulary, config, tensors) -> those "
+    "limits, held so that their identity is not reused while the entry lives (ServingLimits "
+    "holds the base config, a dict, and is not hashable by value)")
 
 
 _CONFIG_SLOT = "_lora_guard_config"
