@@ -238,6 +238,25 @@ def test_a_clean_verdict_is_not_reused_for_a_folder_shipping_added_tokens(
     assert seen.violations == []
 
 
+def test_weights_symlinked_out_of_the_folder_are_refused_even_after_a_clean_twin(
+        guard, base, tmp_path):
+    # an uploaded folder whose weights are a link to another adapter's file on the server:
+    # vLLM follows it; lora_guard refuses it as its reader does (LG108), also when the same
+    # config and tensors were found clean a moment before
+    worker = h.vllm_server(base, max_loras=2, max_cpu_loras=3)
+    first = h.peft_adapter(tmp_path / "first", r=8, seed=1)
+    uploaded = h.peft_adapter(tmp_path / "uploaded", r=8, seed=1)
+    (uploaded / "adapter_model.safetensors").unlink()
+    (uploaded / "adapter_model.safetensors").symlink_to(first / "adapter_model.safetensors")
+
+    assert worker.add_adapter(h.vllm_request("first", 1, first))
+    with pytest.raises(lg.AdapterError, match="LG108") as refused:
+        worker.add_adapter(h.vllm_request("uploaded", 2, uploaded))
+
+    assert "leads outside the adapter folder" in str(refused.value)
+    assert set(worker.list_adapters()) == {1}
+
+
 def test_a_helper_made_before_instrument_is_checked_from_the_folder(env, tmp_path):
     path = h.peft_adapter(tmp_path / "wide", r=8, rank_pattern={"v_proj": 32})
     helper = env.peft_helper.PEFTHelper.from_local_dir(str(path), None)  # lora_guard off

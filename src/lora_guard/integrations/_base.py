@@ -22,6 +22,7 @@ import math
 import os
 import pathlib
 import re
+import stat
 import sys
 import threading
 import warnings
@@ -627,15 +628,27 @@ def engine_files_clean(folder: str | os.PathLike[str]) -> bool:
     return True
 
 
-_ENGINE_READS = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
-"""The files an engine's loader reads from an adapter folder."""
+_ENGINE_READS = (("adapter_config.json",), ("adapter_model.safetensors", "adapter_model.bin"))
+"""The files an engine's loader reads from an adapter folder: the config, and the first
+weights file of these formats that is there."""
 
 
 def _files_stay_inside(folder: pathlib.Path) -> None:
     """The reader's file rules on the files the engine has read (a symlink leading outside
     the folder, a FIFO, another user's hard link: `Malformed`), without reading them again:
-    one open and fstat each."""
-    for name in _ENGINE_READS:
-        opened = open_regular(folder, name)
-        if opened is not None:
-            os.close(opened[0])
+    the config and the first weights file there is. A plain file with one name passes on its
+    ``lstat``; anything else is opened by the reader's `open_regular`, which decides."""
+    for names in _ENGINE_READS:
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                continue  # the next weights format
+            except OSError:
+                info = None
+            if info is None or not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+                opened = open_regular(folder, name)
+                if opened is not None:
+                    os.close(opened[0])
+            break
