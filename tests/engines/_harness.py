@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from lora_guard._frontends._verify_cpu import cpu_shims, free_port
+from lora_guard._frontends._verify_cpu import cpu_shims, free_port, sglang_one_process
 
 HERE = Path(__file__).resolve().parent
 VOCAB = 128
@@ -165,8 +165,6 @@ def sglang_env() -> types.SimpleNamespace:
     cpu_imports()
     skip_if_transformers_needs_torchvision()
     from sglang.srt.configs.load_config import LoadConfig
-    from sglang.srt.distributed import parallel_state
-    from sglang.srt.runtime_context import get_parallel
     from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
     base = Path(tempfile.mkdtemp(prefix="lora-guard-sglang-base-"))
@@ -176,14 +174,7 @@ def sglang_env() -> types.SimpleNamespace:
     args = ServerArgs(model_path=str(base), device="cpu", enable_lora=True,
                       max_lora_rank=16, lora_target_modules=["q_proj", "v_proj"])
     set_global_server_args_for_scheduler(args)
-    get_parallel().override_permanently(
-        tp_rank=0, pp_rank=0, attn_cp_rank=0, moe_dp_rank=0, moe_ep_rank=0, moe_tp_rank=0,
-        attn_tp_rank=0, attn_dp_rank=0)
-    if not parallel_state.model_parallel_is_initialized():
-        parallel_state.init_distributed_environment(
-            world_size=1, rank=0, local_rank=0, backend="gloo",
-            distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
-        parallel_state.initialize_model_parallel(backend="gloo")
+    sglang_one_process()
     import sglang
     from sglang.srt.lora import layers, lora_manager, lora_registry, mem_pool
     from sglang.srt.models import llama

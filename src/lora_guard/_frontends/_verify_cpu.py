@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["cpu_shims", "drop_pin_memory", "free_port", "torchvision_stand_in"]
+__all__ = ["cpu_shims", "drop_pin_memory", "free_port", "sglang_one_process",
+           "torchvision_stand_in"]
 
 
 def free_port() -> int:
@@ -105,3 +106,19 @@ def drop_pin_memory() -> None:
         setattr(torch, name, no_pin(getattr(torch, name)))
     torch.Tensor.pin_memory = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
     torch._lora_guard_tier_no_pin = True  # type: ignore[attr-defined]
+
+
+def sglang_one_process() -> None:
+    """sglang's parallel state for one CPU process, as a scheduler of ``--tp-size 1`` has it:
+    every parallel rank 0, a gloo group of one (set up once per process)."""
+    from sglang.srt.distributed import parallel_state
+    from sglang.srt.runtime_context import get_parallel
+
+    get_parallel().override_permanently(
+        tp_rank=0, pp_rank=0, attn_cp_rank=0, moe_dp_rank=0, moe_ep_rank=0, moe_tp_rank=0,
+        attn_tp_rank=0, attn_dp_rank=0)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, backend="gloo",
+            distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
+        parallel_state.initialize_model_parallel(backend="gloo")

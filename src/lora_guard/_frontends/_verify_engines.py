@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from lora_guard._frontends._verify_cpu import cpu_shims, free_port
+from lora_guard._frontends._verify_cpu import cpu_shims, free_port, sglang_one_process
 
 __all__ = ["ENGINE_CLASSES", "EngineModule", "Refused", "SglangEngine", "VllmEngine",
            "release_module"]
@@ -77,8 +77,6 @@ class SglangEngine:
         cpu_shims()
         import sglang
         from sglang.srt.configs.load_config import LoadConfig
-        from sglang.srt.distributed import parallel_state
-        from sglang.srt.runtime_context import get_parallel
         from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
         self.version = sglang.__version__
@@ -92,14 +90,7 @@ class SglangEngine:
             current = get_server_args()
         if current is None or not getattr(current, "enable_lora", False):
             set_global_server_args_for_scheduler(args)  # a scheduler's process-wide args
-        get_parallel().override_permanently(
-            tp_rank=0, pp_rank=0, attn_cp_rank=0, moe_dp_rank=0, moe_ep_rank=0, moe_tp_rank=0,
-            attn_tp_rank=0, attn_dp_rank=0)
-        if not parallel_state.model_parallel_is_initialized():
-            parallel_state.init_distributed_environment(
-                world_size=1, rank=0, local_rank=0, backend="gloo",
-                distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
-            parallel_state.initialize_model_parallel(backend="gloo")
+        sglang_one_process()
         from sglang.srt.lora import lora_manager, lora_registry
 
         cls = _sglang_model_class(config)
