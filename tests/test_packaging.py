@@ -15,6 +15,12 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+sys.path.insert(0, str(ROOT / "tools"))  # tools/ci.py, the runner CI calls: a script
+try:
+    import ci
+finally:
+    sys.path.remove(str(ROOT / "tools"))
 EXAMPLES = ROOT / "examples" / "adapters"
 
 
@@ -58,11 +64,6 @@ def test_the_main_job_installs_the_checker_alone() -> None:
 
 
 def test_the_second_command_runs_every_step_ci_has() -> None:
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import ci
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
     assert readme_commands()[1].startswith("python tools/ci.py lint types layers docs && ")
     assert readme_commands()[1].endswith(" && python tools/ci.py peft engines engines-older")
     assert list(ci.STEPS) == ["setup", "lint", "types", "layers", "docs", "suite", "peft",
@@ -81,11 +82,6 @@ def test_the_second_command_runs_every_step_ci_has() -> None:
 def test_the_runner_stops_at_the_first_failing_step_with_its_status(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import ci
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
     ran: list[str] = []
 
     def step(name: str, status: int) -> Callable[[], int]:
@@ -331,11 +327,6 @@ def test_no_public_docstring_names_a_private_module() -> None:
 def test_a_failed_engine_environment_build_is_named_as_the_build_not_as_failed_tests(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import ci
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
     ran: list[str] = []
 
     class FailedBuild(ci.EngineBuild):  # pip could not resolve the engine environment

@@ -37,7 +37,12 @@ from typing import Any
 
 import torch
 
-from lora_guard._frontends._verify_cpu import cpu_shims, free_port, sglang_one_process
+from lora_guard._frontends._verify_cpu import (
+    cpu_shims,
+    free_port,
+    sglang_one_process,
+    vllm_cpu_platform,
+)
 
 HERE = Path(__file__).resolve().parent
 VOCAB = 128
@@ -224,10 +229,7 @@ def vllm_env() -> types.SimpleNamespace:
     """vLLM's LoRA modules, imported and configured for a CPU worker process."""
     _alone("vllm", "sglang")
     cpu_imports()
-    from vllm.platforms import current_platform
-
-    type(current_platform).check_and_update_config = classmethod(  # type: ignore[method-assign]
-        lambda cls, config: None)
+    vllm_cpu_platform()
     import vllm
     from vllm.config import (
         DeviceConfig,

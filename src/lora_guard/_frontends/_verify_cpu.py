@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 __all__ = ["cpu_shims", "drop_pin_memory", "free_port", "sglang_one_process",
-           "torchvision_stand_in"]
+           "torchvision_stand_in", "vllm_cpu_platform"]
 
 
 def free_port() -> int:
@@ -122,3 +122,12 @@ def sglang_one_process() -> None:
             world_size=1, rank=0, local_rank=0, backend="gloo",
             distributed_init_method=f"tcp://127.0.0.1:{free_port()}")
         parallel_state.initialize_model_parallel(backend="gloo")
+
+
+def vllm_cpu_platform() -> None:
+    """vLLM's CPU platform, configured without its compiled kernels, which it otherwise
+    refuses to do; the LoRA path used here runs on torch ops (``vllm/lora/ops/torch_ops``)."""
+    from vllm.platforms import current_platform
+
+    type(current_platform).check_and_update_config = classmethod(
+        lambda cls, config: None)

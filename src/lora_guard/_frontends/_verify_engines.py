@@ -14,7 +14,12 @@ from typing import Any
 
 import torch
 
-from lora_guard._frontends._verify_cpu import cpu_shims, free_port, sglang_one_process
+from lora_guard._frontends._verify_cpu import (
+    cpu_shims,
+    free_port,
+    sglang_one_process,
+    vllm_cpu_platform,
+)
 
 __all__ = ["ENGINE_CLASSES", "EngineModule", "Refused", "SglangEngine", "VllmEngine",
            "release_module"]
@@ -196,12 +201,7 @@ class VllmEngine:
     def __init__(self, base: Path, config: Any, adapter: Path, *, max_rank: int,
                  dtype: torch.dtype) -> None:
         cpu_shims()
-        from vllm.platforms import current_platform
-
-        # vLLM's CPU platform refuses to configure itself without its compiled kernels; the
-        # LoRA path used here runs on torch ops (vllm/lora/ops/torch_ops).
-        type(current_platform).check_and_update_config = classmethod(
-            lambda cls, config: None)
+        vllm_cpu_platform()
         import vllm
         from vllm.config import (
             DeviceConfig,
