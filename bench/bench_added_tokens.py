@@ -25,7 +25,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    root = pathlib.Path(tempfile.mkdtemp())
+    with tempfile.TemporaryDirectory() as folder:
+        _measure(pathlib.Path(folder), args)
+
+
+def _measure(root: pathlib.Path, args: argparse.Namespace) -> None:
     plain = pathlib.Path(write_adapter(str(root / "plain"), rank=8))
     tokens = pathlib.Path(write_adapter(str(root / "tokens"), rank=8))
     (tokens / "added_tokens.json").write_text(json.dumps({"<sql>": 128, "</sql>": 129}))

@@ -110,7 +110,12 @@ def main() -> int:
     parser.add_argument("--engine", action="append", choices=("sglang", "vllm"))
     args = parser.parse_args()
     heads, kv_heads = max(args.hidden // 64, 1), max(args.hidden // 256, 1)
-    root = Path(tempfile.mkdtemp(prefix="lora-guard-bench-verify-"))
+    with tempfile.TemporaryDirectory(prefix="lora-guard-bench-verify-") as folder:
+        _measure(Path(folder), args, heads, kv_heads)  # the 2 GiB base goes with the folder
+    return 0
+
+
+def _measure(root: Path, args: argparse.Namespace, heads: int, kv_heads: int) -> None:
     start = time.monotonic()
     size = write_base(root / "base", hidden=args.hidden, layers=args.layers, inter=args.inter,
                       vocab=args.vocab, heads=heads, kv_heads=kv_heads)
@@ -127,7 +132,6 @@ def main() -> int:
         verdict = [x for x in done.stdout.splitlines() if x.startswith("verdict")]
         print(f"{engine}: {result[0] if result else done.stderr[-2000:]} "
               f"{verdict[0] if verdict else ''}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -350,3 +351,28 @@ def test_a_failed_engine_environment_build_is_named_as_the_build_not_as_failed_t
     assert ran == ["lint"]  # the tier never ran
     assert "build of the engine environment" in out and "tests failed" not in out
     assert "not run (an earlier step failed): engines" in out
+
+
+def test_a_disk_too_small_for_the_environments_is_said_before_pip_fails_on_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    # A full disk makes pip report "Connection interrupted" or a failed build dependency:
+    # the run names the disk first and again under the failed step's summary.
+    monkeypatch.setattr(ci, "venv_dir", lambda: tmp_path / "venv")
+    monkeypatch.setattr(ci, "engines_venv_dir", lambda: tmp_path / "engines")
+    monkeypatch.setattr("shutil.disk_usage",
+                        lambda _: SimpleNamespace(free=3 * 2**30))
+    monkeypatch.setattr(ci, "STEPS", {"lint": lambda: 1})
+    monkeypatch.setattr(ci, "EngineBuild", type("NoBuild", (ci.EngineBuild,),
+                                                {"start": lambda self: None}))
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").touch()
+    assert ci.main(["lint"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("warning: 3.0 GiB free") == 2
+    assert "engines" in out.splitlines()[0] and "about 12 GiB" in out
+    # the environments all there: nothing to build, nothing to say, however full the disk
+    for folder in ci.engine_venv_dirs():
+        (folder / "bin").mkdir(parents=True)
+        (folder / "bin" / "python").touch()
+    assert ci.disk_warning() is None

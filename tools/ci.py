@@ -52,6 +52,9 @@ PIP_FLOOR = "pip>=26.3"
 """The pip the test extra was verified to resolve with (23.2.1 and 24.2: ResolutionImpossible)."""
 TORCH = "torch==2.13.0"
 EXTRAS = ".[test,docs,bench,peft-tests]"
+DISK_NEEDED_GIB = 12
+"""What a run from scratch writes: the environments (test 2.2 GiB, engines 3.3, lmdeploy 2.3,
+older releases 1.1) and, briefly, pip's unpacked wheels and the tests' temporary files."""
 PYTEST_STATUS = {1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error",
                  5: "no tests collected"}
 
@@ -185,6 +188,19 @@ def _wanted(argv: Sequence[str] | None) -> list[str]:
     return wanted
 
 
+def disk_warning() -> str | None:
+    """A line to print when the disk may be too small for the environments still to build:
+    a run that fills it fails in pip as a download or build error that never says why."""
+    missing = [folder for folder in (venv_dir(), *engine_venv_dirs())
+               if not (folder / "bin" / "python").exists()]
+    free = shutil.disk_usage(ROOT).free / 2**30
+    if not missing or free >= DISK_NEEDED_GIB:
+        return None
+    return (f"warning: {free:.1f} GiB free on the disk holding {ROOT}; building "
+            f"{', '.join(folder.name for folder in missing)} from scratch needs about "
+            f"{DISK_NEEDED_GIB} GiB. Free some (old clones' .venv-* folders, /tmp) first.")
+
+
 def _run_steps(wanted: list[str]) -> list[tuple[str, float, int]]:
     """Each step in order, up to the first that fails: (name, seconds, status)."""
     times: list[tuple[str, float, int]] = []
@@ -211,6 +227,9 @@ def _run_steps(wanted: list[str]) -> list[tuple[str, float, int]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     wanted = _wanted(argv)
+    disk = disk_warning()
+    if disk:
+        print(disk, flush=True)
     times = _run_steps(wanted)
     print("\n=== summary ===")
     for name, seconds, code in times:
@@ -218,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     skipped = [name for name in wanted if name not in {t[0] for t in times}]
     if skipped:
         print(f"not run (an earlier step failed): {', '.join(skipped)}")
+    if disk and any(code for _, _, code in times):
+        print(disk)
     status = next((code for _, _, code in times if code), 0)
     if status == 0:
         print(f"all passed; the environment: . {venv_dir()}/bin/activate")
