@@ -36,8 +36,8 @@ def main() -> int:
         owner = model_manager.LoRAModelManager
         original = owner.__dict__["activate_adapter"]
 
-        def one_call(self: Any, lora_id: Any, /, *args: Any, **kwargs: Any) -> Any:
-            return original(self, lora_id, *args, **kwargs)
+        def one_call(self: Any, lora_id: Any) -> Any:
+            return original(self, lora_id)
 
         def arm(name: str) -> None:
             switch("guarded" if name == "lora_guard" else "plain")

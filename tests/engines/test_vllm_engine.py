@@ -280,6 +280,77 @@ def test_a_slot_table_out_of_step_with_the_active_adapters_is_reported(guard, ba
         manager.activate_adapter(1)
 
 
+def test_steps_of_resident_adapters_go_straight_to_vllm(guard, base, tmp_path, monkeypatch):
+    # every step activates each adapter of the batch again: with the slot table unwritten
+    # since the guard verified it, vLLM's own early return runs and nothing is checked
+    worker = h.vllm_server(base, max_loras=2)
+    batch = {h.vllm_request(n, i, h.peft_adapter(tmp_path / n, r=8, seed=i))
+             for i, n in ((1, "a"), (2, "b"))}
+    worker.set_active_adapters(batch, None)  # the first step: loaded, activated, verified
+    checks = []
+    verify = vllm_guard.slot_violations
+
+    def counted(manager):
+        checks.append(manager)
+        return verify(manager)
+
+    monkeypatch.setattr(vllm_guard, "slot_violations", counted)
+    for _ in range(5):
+        worker.set_active_adapters(batch, None)
+    assert checks == []
+
+    worker.set_active_adapters({next(iter(batch))}, None)  # a batch of one: nothing moves
+    assert checks == []
+
+
+def test_a_slot_table_broken_after_many_clean_steps_is_reported_at_the_next_step(
+        guard, base, tmp_path):
+    # steps are not re-checked, but the table hears every write to it: a slot that loses
+    # its adapter behind vLLM's back is caught at the very next activation
+    worker = h.vllm_server(base, max_loras=2)
+    batch = {h.vllm_request("a", 1, h.peft_adapter(tmp_path / "a", r=8))}
+    for _ in range(3):
+        worker.set_active_adapters(batch, None)
+    table = worker._adapter_manager.lora_index_to_id
+    table[table.index(1)] = None
+
+    with pytest.raises(lg.RegistryError, match="LG201"):
+        worker.set_active_adapters(batch, None)
+
+
+def test_a_slot_table_vllm_replaces_is_verified_again(guard, base, tmp_path):
+    # remove_all_adapters gives the manager a fresh list: the guard checks the next
+    # activations as new (a table replaced behind vLLM's back is not taken on trust)
+    worker = h.vllm_server(base, max_loras=2)
+    batch = {h.vllm_request("a", 1, h.peft_adapter(tmp_path / "a", r=8))}
+    worker.set_active_adapters(batch, None)
+    manager = worker._adapter_manager
+    manager.lora_index_to_id = [1, 1]  # a table put in place wholesale, wrong
+
+    with pytest.raises(lg.RegistryError, match="LG201"):
+        manager.activate_adapter(1)
+
+    manager.remove_all_adapters()
+    with lg.recording() as seen:
+        worker.set_active_adapters(batch, None)
+        worker.set_active_adapters(batch, None)
+    assert seen.violations == []
+    assert [x for x in manager.lora_index_to_id if x is not None] == [1]
+
+
+def test_uninstrument_gives_vllm_its_own_slot_table_back(env, base, tmp_path):
+    worker = h.vllm_server(base, max_loras=2)
+    vllm_guard.instrument()
+    try:
+        worker.set_active_adapters({h.vllm_request("a", 1, h.peft_adapter(tmp_path / "a"))},
+                                   None)
+        slots = list(worker._adapter_manager.lora_index_to_id)
+    finally:
+        vllm_guard.uninstrument()
+    table = worker._adapter_manager.lora_index_to_id
+    assert type(table) is list and table == slots
+
+
 def test_uninstrument_restores_every_real_original_exactly(env):
     def owner(patch):
         found = importlib.import_module(patch.module)

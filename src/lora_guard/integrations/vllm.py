@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 import os
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -471,41 +473,112 @@ def _activate_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[An
     result = wrapped(*args, **kwargs)
     found = slot_violations(instance)
     report(found)
-    if not found and table is not None:
-        with contextlib.suppress(AttributeError, TypeError):
-            vars(instance)[_VERIFIED_TABLE] = list(table)
+    if not found:
+        _verified(instance)
     return result
 
 
-_NOTHING: dict[str, Any] = {}
+class _Slots(list[Any]):
+    """vLLM's slot table (a manager's ``lora_index_to_id``), in its place once this guard has
+    found it consistent with the active adapters: the same list, which also hears every write
+    to it. ``verified`` holds the ids of the adapters found in it, active, at that check; any
+    write empties it (vLLM writes the table when it activates, deactivates or evicts; so does
+    anything that changes the table behind vLLM's back), and vLLM replacing the table with a
+    list of its own (``remove_all_adapters``) leaves no ``verified`` to read. A copy or a
+    pickle of it is a plain list."""
+
+    __slots__ = ("verified",)
+
+    def __init__(self, table: Iterable[Any], verified: frozenset[Any]) -> None:
+        super().__init__(table)
+        self.verified = verified
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return list, (list(self),)
+
+
+def _hearing(name: str) -> Callable[..., Any]:
+    mutate = getattr(list, name)
+
+    def heard(self: _Slots, /, *args: Any, **kwargs: Any) -> Any:
+        self.verified = _NO_IDS
+        return mutate(self, *args, **kwargs)
+    heard.__name__ = heard.__qualname__ = name
+    return heard
+
+
+_NO_IDS: frozenset[Any] = frozenset()
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
+              "insert", "pop", "remove", "clear", "sort", "reverse"):
+    setattr(_Slots, _name, _hearing(_name))
+del _name
+
+_MANAGERS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The managers whose slot table is a `_Slots` (given their own lists back on uninstrument)."""
+
+
+def _verified(manager: Any) -> None:
+    """Remember the manager's slot table as consistent: the ids in it that are active."""
+    table = getattr(manager, "lora_index_to_id", None)
+    active = getattr(manager, "_active_adapters", None)
+    if not isinstance(table, list) or active is None:
+        return
+    try:
+        ids = frozenset(i for i in table if i is not None and i in active)
+    except TypeError:  # unhashable ids: nothing remembered, every call checked
+        return
+    if type(table) is _Slots:
+        table.verified = ids
+        return
+    with contextlib.suppress(AttributeError, TypeError):  # a manager without a __dict__
+        vars(manager)["lora_index_to_id"] = _Slots(table, ids)
+        with contextlib.suppress(TypeError):  # not weakly referable: keeps our table
+            _MANAGERS.add(manager)
+
+
+_BY_KEYWORD = object()
 
 
 def _activate_fast(original: Callable[..., Any],
                    guarded: Callable[..., Any]) -> Callable[..., Any]:
-    """Every step activates each adapter of the batch; one already in the slot table this
-    guard verified last (its ids: the active adapters), with the table unchanged, is
-    vLLM's own early return: nothing new to check, the original is called at once."""
-    def activate_adapter(self: Any, lora_id: Any = _NOTHING, /, *args: Any,
-                         **kwargs: Any) -> Any:
+    """Every step activates each adapter of the batch; one in the slot table this guard
+    verified last, with no write to the table since (`_Slots`), is vLLM's own early return:
+    nothing new to check, the original is called at once (no comparison, no copy). Where
+    vLLM's method takes ``(self, lora_id)`` alone (every supported release), so does this
+    function: Python's cheapest call, both into it and on to vLLM's."""
+    code = getattr(original, "__code__", None)
+    if code is not None and code.co_argcount == 2 and not code.co_kwonlyargcount and not \
+            code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+        def activate_adapter(self: Any, lora_id: Any) -> Any:
+            try:
+                if lora_id in self.lora_index_to_id.verified:
+                    return original(self, lora_id)
+            except (AttributeError, TypeError):  # not verified (vLLM's own list), an odd id
+                pass
+            return guarded(self, lora_id)
+        return activate_adapter
+
+    def activate_any(self: Any, lora_id: Any = _BY_KEYWORD, /, *args: Any,
+                     **kwargs: Any) -> Any:
         try:
-            verified = self.__dict__[_VERIFIED_TABLE]
-        except (AttributeError, KeyError):  # not verified yet
-            verified = _NOTHING
-        if lora_id in verified and verified == self.lora_index_to_id:
-            return original(self, lora_id, *args, **kwargs)
-        if lora_id is _NOTHING:  # called by keyword
+            if lora_id in self.lora_index_to_id.verified:
+                return original(self, lora_id, *args, **kwargs)
+        except (AttributeError, TypeError):
+            pass
+        if lora_id is _BY_KEYWORD:
             return guarded(self, *args, **kwargs)
         return guarded(self, lora_id, *args, **kwargs)
-    return activate_adapter
-_VERIFIED_TABLE = "_lora_guard_verified_slots"
-"""A copy of the manager's ``lora_index_to_id`` as this guard last found it consistent with
-the active adapters, kept on the manager. vLLM changes both together (activation, eviction,
-removal), so a table unchanged since then needs no second look."""
+    return activate_any
 
 
 def _forget() -> None:
     _OFFLINE.clear()
     _CLEAN.clear()
+    for manager in list(_MANAGERS):  # vLLM's managers get plain lists back
+        table = vars(manager).get("lora_index_to_id")
+        if type(table) is _Slots:
+            vars(manager)["lora_index_to_id"] = list(table)
+    _MANAGERS.clear()
 
 
 INTEGRATION = Integration(
