@@ -48,7 +48,7 @@ from .._reading.adapters import (
     read_config,
 )
 from .._reading.bounded import Bounded
-from .._reading.files import open_regular
+from .._reading.files import join_name, open_regular
 from .._reading.safetensors import TensorInfo
 
 __all__ = ["AttachReport", "Integration", "IntegrationWarning", "Patch", "loaded_adapter",
@@ -596,7 +596,7 @@ def loaded_adapter(
         checked = FrozenConfig(checked_config(dict(config)))
         infos = {name: _tensor_info(tensor) for name, tensor in tensors.items()}
         path = pathlib.Path(folder)
-        _files_stay_inside(path)
+        _files_stay_inside(folder)
         spec = build_spec(path, checked, infos, {}, sum(i.nbytes for i in infos.values()),
                           added_tokens=_read_added_tokens(path))
     except Malformed as exc:
@@ -622,7 +622,7 @@ def engine_files_clean(folder: str | os.PathLike[str]) -> bool:
     """Whether the files an engine read from ``folder`` still obey the reader's file rules
     (`loaded_adapter` names the problem when they do not)."""
     try:
-        _files_stay_inside(pathlib.Path(folder))
+        _files_stay_inside(folder)
     except Malformed:
         return False
     return True
@@ -633,22 +633,22 @@ _ENGINE_READS = (("adapter_config.json",), ("adapter_model.safetensors", "adapte
 weights file of these formats that is there."""
 
 
-def _files_stay_inside(folder: pathlib.Path) -> None:
+def _files_stay_inside(folder: str | os.PathLike[str]) -> None:
     """The reader's file rules on the files the engine has read (a symlink leading outside
     the folder, a FIFO, another user's hard link: `Malformed`), without reading them again:
     the config and the first weights file there is. A plain file with one name passes on its
     ``lstat``; anything else is opened by the reader's `open_regular`, which decides."""
+    base = os.fspath(folder)
     for names in _ENGINE_READS:
         for name in names:
-            path = os.path.join(folder, name)
             try:
-                info = os.lstat(path)
+                info = os.lstat(join_name(base, name))
             except FileNotFoundError:
                 continue  # the next weights format
             except OSError:
                 info = None
             if info is None or not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-                opened = open_regular(folder, name)
+                opened = open_regular(pathlib.Path(base), name)
                 if opened is not None:
                     os.close(opened[0])
             break

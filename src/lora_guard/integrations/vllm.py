@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import marshal
 import os
 import sys
 import weakref
@@ -56,6 +57,7 @@ from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._reading.adapters import ADDED_TOKENS_NAME, AdapterSpec
 from .._reading.bounded import Bounded
+from .._reading.files import _lexists, join_name
 from ._base import (
     AttachReport,
     Integration,
@@ -350,8 +352,10 @@ def _from_local_checkpoint(wrapped: Callable[..., Any], instance: Any,
     mapped = bool(kwargs.get("weights_mapper"))
     outer = _CURRENT.get()
     if outer is not None and outer.lora_dir == lora_dir and not outer.checked:
-        load = outer  # the worker's load of this folder
+        load = outer  # the worker's load of this folder (its hook reports a refusal)
         load.expected, load.mapped, load.peft_helper = expected, mapped, peft_helper
+        if _config_of(peft_helper) is not None and kwargs.get("moe_ep_spec") is None:
+            return wrapped(*args, **kwargs)
     else:
         load = _Load(lora_dir, expected, mapped=mapped, peft_helper=peft_helper,
                      vocab=kwargs.get("model_vocab_size"), server=None)
@@ -386,16 +390,19 @@ def _from_lora_tensors(wrapped: Callable[..., Any], instance: Any,
 def _check_loaded(load: _Load, config: dict[str, Any], tensors: dict[str, Any]) -> None:
     """The checks of an adapter vLLM has read, on its config and tensors. A config and
     tensors (names, shapes, dtypes) found clean under the same limits are clean again (a
-    recipe's adapters, an adapter loaded again): only whether the folder ships an
-    ``added_tokens.json`` (which vLLM does not read) is looked at again."""
+    recipe's adapters, an adapter loaded again): only the files vLLM read (the reader's file
+    rules) and whether the folder ships an ``added_tokens.json`` (which vLLM does not read)
+    are looked at again. The config's key is its ``marshal`` bytes: exact in type and value
+    (``8`` is not ``8.0`` nor ``True``), and equal bytes are equal configs (two equal configs
+    shared differently in memory may give two keys: a second check, never a wrong verdict)."""
     limits = _limits_for(load.expected, mapped=load.mapped, peft_helper=load.peft_helper,
                          server=load.server)
     key: Any = None
-    with contextlib.suppress(TypeError):  # an unhashable value: checked, not remembered
-        key = (id(limits), load.vocab, repr(config),
+    with contextlib.suppress(TypeError, ValueError):  # unhashable, unmarshallable: checked
+        key = (id(limits), load.vocab, marshal.dumps(config),
                tuple([(n, t.shape, t.dtype) for n, t in tensors.items()]))
-        if _CLEAN.get(key) is limits and engine_files_clean(load.lora_dir) and not \
-                os.path.lexists(os.path.join(load.lora_dir, ADDED_TOKENS_NAME)):
+        if _CLEAN.get(key) is limits and engine_files_clean(load.lora_dir) and not _lexists(
+                join_name(os.fspath(load.lora_dir), ADDED_TOKENS_NAME)):
             return
     subject = _subject(load.lora_dir)
     if not _VLLM_KEYS.isdisjoint(config):
