@@ -117,6 +117,11 @@ class FrozenConfig(Mapping[str, Any]):
     def __repr__(self) -> str:
         return f"FrozenConfig({self._data!r})"
 
+    def fields(self, names: Iterable[str]) -> dict[str, Any]:
+        """The fields of ``names`` the config has, in that order (a plain dict)."""
+        data = self._data
+        return {name: data[name] for name in names if name in data}
+
     def copy(self) -> dict[str, Any]:
         """A plain dict of the fields (a copy the caller may change)."""
         return dict(self._data)
