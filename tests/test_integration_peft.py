@@ -277,6 +277,20 @@ def test_peft_alone_refusing_a_swap_keeps_its_own_error(
     assert rec.violations == []
 
 
+def test_a_swap_after_the_lora_layers_were_replaced_checks_the_new_ones(
+    adapters: dict[str, Path],
+) -> None:
+    # a first swap, then prepare_model_for_compiled_hotswap puts padded layers in place of
+    # the LoRA factors: the next swap is checked against those, not the ones it saw first
+    model = loaded(adapters["r8"])
+    hotswap.hotswap_adapter(model, adapters["r4"], adapter_name="default")  # type: ignore[arg-type]
+    hotswap.prepare_model_for_compiled_hotswap(model, target_rank=8)
+    before = snapshot(model)
+
+    with pytest.raises(lg.PoolShapeDriftError, match="rank 16, above the rank 8"):
+        hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")  # type: ignore[arg-type]
+    assert_bitwise_equal(before, model)
+
 def test_a_guarded_swap_walks_the_model_no_more_than_peft_alone(
     adapters: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
 ) -> None:

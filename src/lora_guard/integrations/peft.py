@@ -326,8 +326,35 @@ def _lora_module(model: Any, module: str, modules: dict[str, Any]) -> Any:
         return modules[module]
     parent_name, _, leaf = module.rpartition(".")
     parent = _lora_module(model, parent_name, modules) if parent_name else model
-    found = None if parent is None else getattr(parent, leaf, None)
+    found = None if parent is None else _attribute(parent, leaf)
     modules[module] = found
+    return found
+
+
+_REGISTRIES_OF_A_MODULE = ("_parameters", "_buffers", "_modules")
+"""Where a torch module keeps what ``nn.Module.__getattr__`` returns, in its order."""
+_REGISTERED = Bounded[tuple[type, str], bool](
+    4096, "(module class, attribute name) pairs for which getattr was seen to return the "
+    "module's registered parameter, buffer or submodule: no class attribute shadows it")
+
+
+def _attribute(owner: Any, name: str) -> Any:
+    """``getattr(owner, name, None)``. For a torch module whose class gave its registered
+    parameter, buffer or submodule for ``name`` before, the entry is read from the module's
+    registries directly: what ``nn.Module.__getattr__`` returns, without its Python call
+    (a swap resolves some 70 attributes, and each such call costs about a microsecond)."""
+    state = getattr(owner, "__dict__", None)
+    if not isinstance(state, dict):
+        return getattr(owner, name, None)
+    if name not in state and _REGISTERED.get((type(owner), name)):
+        for registry in _REGISTRIES_OF_A_MODULE:
+            table = state.get(registry)
+            if table is not None and name in table:
+                return table[name]
+    found = getattr(owner, name, None)
+    if found is not None and any((state.get(registry) or {}).get(name) is found
+                                 for registry in _REGISTRIES_OF_A_MODULE):
+        _REGISTERED.put((type(owner), name), True)
     return found
 
 
@@ -356,7 +383,7 @@ def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str
         if parameter_prefix not in key or adapter_name not in key:
             continue  # not one of this adapter's tensors: PEFT refuses it before writing
         parent = _lora_module(model, key.rsplit(".", 1)[0], layers)
-        old_value = getattr(parent, key.rsplit(".", 1)[1], None) if parent is not None \
+        old_value = _attribute(parent, key.rsplit(".", 1)[1]) if parent is not None \
             else None
         new_shape, old_shape = shape_of(new_value), shape_of(old_value)
         if new_shape is None or old_shape is None:
@@ -380,7 +407,9 @@ def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str
 def _swap_config_violations(model: Any, adapter_name: str, config: Any,
                             subject: str) -> list[Violation]:
     """LG105 for each config key whose change alters what the swapped adapter computes."""
-    loaded = (getattr(_peft_model(model), "peft_config", None) or {}).get(adapter_name)
+    # a compiled model's wrapper hands peft_config on from its _orig_mod itself (a look for
+    # _orig_mod on a PeftModel would raise and catch AttributeError through three modules)
+    loaded = (getattr(model, "peft_config", None) or {}).get(adapter_name)
     if config is None or loaded is None:
         return []
     return [make_violation("LG105", "hotswap-config", subject, key=key,
