@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import lora_guard as lg
-from conftest_adapters import TINY_LLAMA
+from conftest_adapters import TINY_LLAMA, check, llama, messages, save
 from lora_guard._core.errors import make_violation
 from lora_guard._frontends.cli import main
 
@@ -31,26 +31,6 @@ from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
 # the ones the checker returns in a Report are not raised; the integration's are raised
 # and caught with pytest.raises.
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-
-def llama(**overrides: Any) -> Any:
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**TINY_LLAMA, **overrides}))
-
-
-def save(model: Any, config: Any, folder: pathlib.Path, **save_kwargs: Any) -> pathlib.Path:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        get_peft_model(model, config).save_pretrained(str(folder), **save_kwargs)
-    return folder
-
-
-def check(folder: pathlib.Path, **limits: Any) -> lg.Report:
-    return lg.check_adapters([folder], lg.ServingLimits(**limits))
-
-
-def messages(report: lg.Report) -> str:
-    return "\n".join(v.message for v in report.violations)
 
 
 # --- misses --------------------------------------------------------------------------------

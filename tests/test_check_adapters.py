@@ -9,15 +9,10 @@ import shutil
 import pytest
 
 import lora_guard as lg
-from conftest_adapters import TINY_LLAMA, peft_zoo
+from conftest_adapters import TINY_LLAMA
 from lora_guard._testing.adapter_writer import DEFECTS, write_adapter
 
 pytest.importorskip("peft")
-
-
-@pytest.fixture(scope="module")
-def zoo() -> dict[str, pathlib.Path]:
-    return peft_zoo()
 
 
 @pytest.fixture
