@@ -298,22 +298,6 @@ def test_a_conv_lora_whose_halves_really_disagree_is_still_lg102(tmp_path: pathl
 # --- messages ------------------------------------------------------------------------------
 
 
-def test_an_allowed_ranks_violation_is_not_a_max_rank_one(
-        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj"]), tmp_path / "r8")
-
-    report = check(folder, allowed_ranks=(4, 16))
-
-    assert report.codes() == ["LG101"]
-    v = report.violations[0]
-    assert "rank 8 of model.layers.0.self_attn.q_proj is not one of the served ranks [4, 16]" \
-        in v.message
-    assert "above" not in v.message and "--max-rank" not in v.hint
-    assert "--allowed-ranks" in v.hint
-    over = check(folder, max_rank=4).violations[0]
-    assert "above the served max rank 4" in over.message and "--max-lora-rank" in over.hint
-
-
 @pytest.mark.parametrize(("edit", "feature", "allow_name"), [
     ({"use_dora": True}, "DoRA", "dora"),
     ({"lora_bias": True}, "a LoRA bias", "lora_bias"),
