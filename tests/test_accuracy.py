@@ -251,50 +251,6 @@ def test_peft_loading_a_4_layer_adapter_into_a_2_layer_model_is_lg109(
 # --- false alarms --------------------------------------------------------------------------
 
 
-class _GroupedConv(torch.nn.Module):  # type: ignore[misc, name-defined]
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(8, 16, 3, groups=4)
-        self.head = torch.nn.Linear(16, 4)
-
-    def forward(self, x: Any) -> Any:
-        return self.head(self.conv(x).mean((2, 3)))
-
-
-def test_a_conv_lora_with_groups_is_not_lg102(tmp_path: pathlib.Path) -> None:
-    """PEFT gives lora_B the base conv's groups: B has r / groups in channels."""
-    torch.manual_seed(0)
-    folder = save(_GroupedConv(), LoraConfig(r=8, target_modules=["conv"]), tmp_path / "conv")
-    spec = lg.inspect_adapter(folder)
-    module = spec.modules["conv"]
-    assert module.a_shape == (8, 8, 3, 3) and module.b_shape == (16, 2, 1, 1)
-
-    assert check(folder).ok, messages(check(folder))
-
-    from lora_guard.integrations import peft as peft_guard
-
-    was = peft_guard.INTEGRATION.instrumented  # the session's instrumentation stays as it was
-    peft_guard.instrument()
-    try:
-        torch.manual_seed(0)
-        loaded = PeftModel.from_pretrained(_GroupedConv(), str(folder))
-    finally:
-        if not was:
-            peft_guard.uninstrument()
-    assert loaded(torch.zeros(1, 8, 5, 5)).shape == (1, 4)
-
-
-def test_a_conv_lora_whose_halves_really_disagree_is_still_lg102(tmp_path: pathlib.Path) -> None:
-    torch.manual_seed(0)
-    folder = save(_GroupedConv(), LoraConfig(r=8, target_modules=["conv"]), tmp_path / "conv")
-    tensors = safetensors_torch.load_file(str(folder / "adapter_model.safetensors"))
-    key = "base_model.model.conv.lora_B.weight"
-    tensors[key] = torch.zeros(16, 3, 1, 1)  # 8 / 3: no groups give that
-    safetensors_torch.save_file(tensors, str(folder / "adapter_model.safetensors"))
-
-    assert check(folder).codes() == ["LG102"]
-
-
 # --- messages ------------------------------------------------------------------------------
 
 

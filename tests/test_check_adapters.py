@@ -83,19 +83,6 @@ def test_features_are_lg105_unless_allowed(
     assert lg.check_adapters(zoo[name], lg.ServingLimits(allow={feature})).ok
 
 
-def test_rank_pattern_first_match_wins(tmp_path: pathlib.Path) -> None:
-    # PEFT: re.match(rf"(.*\.)?({key})$", name), first key that matches wins.
-    folder = write_adapter(tmp_path / "a", rank=8, targets=("q_proj",),
-                           rank_pattern={"layers.1.self_attn.q_proj": 4, "q_proj": 2})
-    assert lg.check_adapters(folder).ok
-    config = json.loads((folder / "adapter_config.json").read_text())
-    config["rank_pattern"] = {"q_proj": 2, "layers.1.self_attn.q_proj": 4}
-    (folder / "adapter_config.json").write_text(json.dumps(config))
-    report = lg.check_adapters(folder)
-    assert report.codes() == ["LG102"]
-    assert "has tensors of rank 4 but the config says 2" in report.violations[0].message
-
-
 def test_modules_the_server_does_not_serve(zoo: dict[str, pathlib.Path]) -> None:
     report = lg.check_adapters(zoo["r16-all-bf16"], lg.ServingLimits(
         target_modules=("q_proj", "k_proj", "v_proj", "o_proj")))
