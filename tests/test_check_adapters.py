@@ -83,14 +83,6 @@ def test_features_are_lg105_unless_allowed(
     assert lg.check_adapters(zoo[name], lg.ServingLimits(allow={feature})).ok
 
 
-def test_dtype_policy(zoo: dict[str, pathlib.Path]) -> None:
-    report = lg.check_adapters([zoo["r8-qv"], zoo["r16-all-bf16"]],
-                               lg.ServingLimits(dtypes=("bf16",)))
-    assert report.codes() == ["LG106"]
-    assert "dtype float32 of" in report.violations[0].message
-    assert "allowed: bfloat16" in report.violations[0].message
-
-
 @pytest.mark.parametrize("defect", sorted(d for d, c in DEFECTS.items() if c != "LG108"))
 def test_each_content_defect_has_its_code_and_nothing_else(
     tmp_path: pathlib.Path, defect: str

@@ -9,3 +9,11 @@ from __future__ import annotations
 import pathlib
 
 import lora_guard as lg
+
+
+def test_dtype_policy(zoo: dict[str, pathlib.Path]) -> None:
+    report = lg.check_adapters([zoo["r8-qv"], zoo["r16-all-bf16"]],
+                               lg.ServingLimits(dtypes=("bf16",)))
+    assert report.codes() == ["LG106"]
+    assert "dtype float32 of" in report.violations[0].message
+    assert "allowed: bfloat16" in report.violations[0].message
