@@ -116,16 +116,6 @@ def test_explicit_paths_without_an_adapter_are_lg108(tmp_path: pathlib.Path) -> 
                         "no such file or folder"]
 
 
-def test_too_many_adapters_for_the_slots(tmp_path: pathlib.Path) -> None:
-    for i in range(3):
-        write_adapter(tmp_path / f"a{i}")
-    report = lg.check_adapters(tmp_path, lg.ServingLimits(max_loras=2))
-    assert report.codes() == ["LG110"]
-    assert report.by_adapter["*"][0].message == (
-        "adapter set: 3 adapters, but the server has 2 slots.")
-    assert report.to_dict()["set_violations"][0]["code"] == "LG110"
-
-
 def test_mixed_moe_layouts_across_the_set_are_lg002(tmp_path: pathlib.Path) -> None:
     mlp = ("gate_proj", "up_proj", "down_proj")
     write_adapter(tmp_path / "a-shared", moe_layout="shared-outer", targets=mlp)
