@@ -116,18 +116,6 @@ def test_explicit_paths_without_an_adapter_are_lg108(tmp_path: pathlib.Path) -> 
                         "no such file or folder"]
 
 
-def test_mixed_moe_layouts_across_the_set_are_lg002(tmp_path: pathlib.Path) -> None:
-    mlp = ("gate_proj", "up_proj", "down_proj")
-    write_adapter(tmp_path / "a-shared", moe_layout="shared-outer", targets=mlp)
-    write_adapter(tmp_path / "b-flat", moe_layout="flat", targets=mlp)
-    write_adapter(tmp_path / "c-dense")
-    report = lg.check_adapters(tmp_path)
-    assert report.codes() == ["LG002"]
-    message = report.violations[0].message
-    assert "b-flat" in message and "flat differs from shared-outer" in message
-    assert "a-shared" in message
-
-
 def test_specs_and_paths_mix_and_duplicates_count_once(tmp_path: pathlib.Path) -> None:
     folder = write_adapter(tmp_path / "a")
     report = lg.check_adapters([lg.inspect_adapter(folder), folder, str(folder) + "/"])
