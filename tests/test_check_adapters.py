@@ -69,20 +69,6 @@ def test_moe_adapter_with_another_expert_count_is_lg109(
     assert "is for expert 4, but the base model has 4 experts" in report.violations[0].message
 
 
-@pytest.mark.parametrize(
-    ("name", "feature"),
-    [("dora", "dora"), ("lora-bias", "lora_bias"), ("modules-to-save", "modules_to_save"),
-     ("trainable-tokens", "trainable_tokens")],
-)
-def test_features_are_lg105_unless_allowed(
-    zoo: dict[str, pathlib.Path], name: str, feature: str
-) -> None:
-    report = lg.check_adapters(zoo[name])
-    assert report.codes() == ["LG105"]
-    assert report.violations[0].details["allow_name"] == feature
-    assert lg.check_adapters(zoo[name], lg.ServingLimits(allow={feature})).ok
-
-
 @pytest.mark.parametrize("defect", sorted(d for d, c in DEFECTS.items() if c != "LG108"))
 def test_each_content_defect_has_its_code_and_nothing_else(
     tmp_path: pathlib.Path, defect: str
