@@ -14,9 +14,9 @@ import pytest
 import lora_guard as lg
 from conftest_adapters import check, llama, save
 
-peft = pytest.importorskip("peft")
+pytest.importorskip("peft")
 
-from peft import LoraConfig  # noqa: E402
+from peft import LoraConfig
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # PEFT's notes on saving
 

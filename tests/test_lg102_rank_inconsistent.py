@@ -19,7 +19,7 @@ from conftest_adapters import check, messages, save
 from lora_guard._testing.adapter_writer import write_adapter
 
 torch = pytest.importorskip("torch")
-peft = pytest.importorskip("peft")
+pytest.importorskip("peft")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from peft import LoraConfig, PeftModel  # noqa: E402

@@ -22,7 +22,7 @@ from lora_guard.testing import write_adapter
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
+pytest.importorskip("peft")
 
 from peft import LoraConfig, PeftModel  # noqa: E402
 
