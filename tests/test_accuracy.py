@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import lora_guard as lg
-from conftest_adapters import TINY_LLAMA, check, llama, messages, save
+from conftest_adapters import check, llama, messages, save
 from lora_guard._core.errors import make_violation
 from lora_guard._frontends.cli import main
 
@@ -32,31 +32,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 # --- misses --------------------------------------------------------------------------------
-
-
-def test_embedding_base_weights_in_an_adapter_are_lg118_with_their_cost(
-        tmp_path: pathlib.Path) -> None:
-    """Targeting embed_tokens makes PEFT save the whole base embedding too
-    (save_embedding_layers='auto'); a server drops it and keeps its own."""
-    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "embed_tokens"]),
-                  tmp_path / "emb")
-
-    report = check(folder)
-
-    assert report.codes() == ["LG118"]
-    text = messages(report)
-    assert "model.embed_tokens.base_layer.weight ((128, 64), 32,768 bytes, 70% of the " \
-           "weights file)" in text
-    assert report.violations[0].details["bytes"] == 128 * 64 * 4
-    assert "save_embedding_layers=False" in report.violations[0].hint
-    # against the base model's config, its vocabulary is compared instead: same vocab, clean
-    assert check(folder, base_config=TINY_LLAMA).ok
-    resized = check(folder, base_config={**TINY_LLAMA, "vocab_size": 160})
-    assert "LG109" in resized.codes() and "LG118" not in resized.codes()
-    # saved without them, the adapter is lighter and clean without a base config too
-    lighter = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "embed_tokens"]),
-                   tmp_path / "light", save_embedding_layers=False)
-    assert check(lighter).ok
 
 
 def test_alpha_zero_is_lg121_the_adapter_adds_nothing(tmp_path: pathlib.Path) -> None:
