@@ -102,17 +102,6 @@ def test_the_json_report_spells_odd_values_as_json_dumps_does(tmp_path: pathlib.
          "k": {"x": "\u00e9\n"}}, indent=2)
 
 
-def test_a_guarded_cache_reads_through_the_store_and_still_refuses_a_collision() -> None:
-    torch = pytest.importorskip("torch")
-    store: dict[str, object] = {}
-    cache = lg.GuardedCache(store)
-    cache["k"] = torch.empty(4, 8)
-    assert cache.get("k") is store["k"] and cache.get("missing", 1) == 1
-    with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
-        cache["k"] = torch.empty(2, 8)
-    assert cache.get("k").shape == (4, 8) and isinstance(cache, dict)
-
-
 def test_found_folders_are_the_paths_pathlib_spells(tmp_path: pathlib.Path) -> None:
     """A found folder's path is built on its parent's: the same path as ``pathlib`` spells."""
     found = [str(tmp_path / "a"), str(tmp_path / "a b"), "rel/x", "x", str(tmp_path)]
