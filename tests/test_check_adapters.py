@@ -1,4 +1,9 @@
-"""check_adapters: will this set of adapters serve on this model with these limits?"""
+"""check_adapters: will this set of adapters serve on this model with these limits?
+
+The checker's own jobs: a set passes or fails as a whole, a bad adapter never stops the others,
+discovery, limits validated when made, the report's schema, the fix that fits each unreadable
+adapter. Each code's own tests are in its file, tests/test_lgNNN_<slug>.py.
+"""
 
 from __future__ import annotations
 
