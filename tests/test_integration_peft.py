@@ -487,7 +487,7 @@ def test_uninstrument_restores_the_original_functions_exactly() -> None:
     def hooked() -> tuple[object, ...]:
         return (vars(PeftModel)["load_adapter"], vars(PeftModel)["add_adapter"],
                 hotswap.hotswap_adapter, hotswap.hotswap_adapter_from_state_dict,
-                hotswap.load_peft_weights, vars(PeftConfigMixin)["from_json_file"])
+                vars(hotswap)["load_peft_weights"], vars(PeftConfigMixin)["from_json_file"])
 
     peft_guard.uninstrument()
     originals = hooked()
