@@ -47,6 +47,7 @@ from typing import Any
 from .._checking.check_adapters import Expected, ServingLimits, spec_violations
 from .._checking.checks import shape_of
 from .._checking.invariants import settled_codes
+from .._checking.registry import plugin_checks
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
@@ -512,11 +513,13 @@ def _read_violations(read: _SwapRead) -> list[Violation]:
 def _loaded_violations(folder: str | os.PathLike[str], config: dict[str, Any],
                        weights: Mapping[str, Any], subject: str) -> list[Violation]:
     """The checks of what PEFT read. A config and tensors (names, shapes, dtypes) found
-    clean before are clean again (the adapters of one recipe, swapped in turn): only the
-    folder's files rules and whether it ships an ``added_tokens.json`` are looked at again."""
-    key: tuple[str, tuple[tuple[str, Any, Any], ...]] | None = None
+    clean before, with the same checks registered, are clean again (the adapters of one
+    recipe, swapped in turn): only the folder's files rules and whether it ships an
+    ``added_tokens.json`` are looked at again."""
+    key: tuple[Any, ...] | None = None
     with contextlib.suppress(TypeError, AttributeError):  # not tensors: checked, not kept
-        key = (repr(config), tuple([(n, t.shape, t.dtype) for n, t in weights.items()]))
+        key = (repr(config), tuple([(n, t.shape, t.dtype) for n, t in weights.items()]),
+               plugin_checks())
         if _CLEAN_SWAPS.get(key) and engine_files_clean(folder) and not os.path.lexists(
                 os.path.join(folder, ADDED_TOKENS_NAME)):
             return []
@@ -529,9 +532,9 @@ def _loaded_violations(folder: str | os.PathLike[str], config: dict[str, Any],
     return found
 
 
-_CLEAN_SWAPS = Bounded[tuple[str, tuple[tuple[str, Any, Any], ...]], bool](
+_CLEAN_SWAPS = Bounded[tuple[Any, ...], bool](
     256, "adapters PEFT read for a hot-swap and found clean: (config, tensors' names, "
-    "shapes and dtypes)")
+    "shapes and dtypes, the checks registered)")
 
 
 def _hotswap_from_state_dict(wrapped: Callable[..., Any], instance: Any,
