@@ -23,7 +23,9 @@ the checker on the files report the same codes (the engine tier asserts it adapt
   adapters already loaded (LG002). sglang's loader turns every exception into
   ``LoRAUpdateOutput(success=False, error_message=str(e))``; the guard keeps that contract
   and puts its full message there (never an empty string). A failed load that leaves its
-  config behind is reported as LG201.
+  config behind is reported as LG201. The folder is read at every load; an adapter read as
+  one found clean before (same config, header and size, same limits and registered checks)
+  is not checked again.
 - ``LoRAManager.validate_new_adapter``: the same checks, for a caller that validates an
   adapter outside ``load_lora_adapter`` (inside it, the load guard has checked already).
 - ``LoRAManager.init_state``: the start-up adapters (``--lora-paths``, loaded inside
