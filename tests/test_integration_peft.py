@@ -325,7 +325,8 @@ def test_a_guarded_swap_walks_the_model_no_more_than_peft_alone(
     peft_guard.uninstrument()
     plain = swap_walks()
 
-    assert guarded == plain == ["named_modules", "state_dict"]  # PEFT's own two
+    assert plain  # PEFT's swap walks the model itself (0.21: its modules, its state dict)
+    assert guarded == plain
 
 # --- loading ---------------------------------------------------------------------------------
 
