@@ -1,7 +1,8 @@
 """Real PEFT adapters for the checker's tests: tiny models built from configs, no download.
 
 Import the helpers from a test module (``from conftest_adapters import ...``); the models are
-built once per process and reused.
+built once per process and reused. The per-code test files (``tests/test_lgNNN_<slug>.py``)
+save their adapters with `llama` and `save` and check them with `check`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import pathlib
 import warnings
 from typing import Any
+
+import lora_guard as lg
 
 TINY_LLAMA: dict[str, Any] = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -51,6 +54,35 @@ def build_model(model: str) -> Any:
         instance = LlamaForCausalLM(LlamaConfig(**MODELS[model]))
     instance.load_state_dict(_model_state(model))
     return instance
+
+
+def llama(**overrides: Any) -> Any:
+    """A fresh tiny Llama (seeded), with config overrides such as ``num_hidden_layers=4``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, **overrides}))
+
+
+def save(model: Any, config: Any, folder: pathlib.Path, **save_kwargs: Any) -> pathlib.Path:
+    """``get_peft_model(model, config).save_pretrained(folder, **save_kwargs)``."""
+    from peft import get_peft_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        get_peft_model(model, config).save_pretrained(str(folder), **save_kwargs)
+    return folder
+
+
+def check(folder: pathlib.Path, **limits: Any) -> lg.Report:
+    """``lg.check_adapters([folder], lg.ServingLimits(**limits))``: the Report."""
+    return lg.check_adapters([folder], lg.ServingLimits(**limits))
+
+
+def messages(report: lg.Report) -> str:
+    """A report's messages, one a line."""
+    return "\n".join(v.message for v in report.violations)
 
 
 def peft_adapter(

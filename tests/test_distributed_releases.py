@@ -1,7 +1,7 @@
 """Tensor-parallel faults of hostile round 3 (issue 27 item 7): a rank running another
 lora_guard release, and a timeout too short for gloo.
 
-A real 2-rank gloo job (forkserver, as tests/test_distributed.py): rank 1 plays a release
+A real 2-rank gloo job (forkserver, as tests/test_lg301_rank_divergence.py): rank 1 plays a release
 whose check header has another length, then release 0.1.0 itself (its exchange as it was,
 with no preamble); rank 0 runs this release. Before, rank 0 died inside gloo (SIGABRT, the
 all-gather sizes differ); now every rank of this release raises LG301 naming both releases,

@@ -325,7 +325,7 @@ def test_sglang_refuses_dora_and_still_refuses_what_it_ignores(
     for name in ("lora-bias", "lm-head-saved"):
         assert check(made, name, engine="sglang") == ["LG105"], name
     # bias="all" on a base without biases: no bias tensor saved, nothing for sglang to drop
-    # (tests/test_lg105_bias_flag_without_bias_tensors.py; measured by the engine tier's
+    # (tests/test_lg105_unsupported_feature.py; measured by the engine tier's
     # equivalence tests)
     assert check(made, "bias-all", engine="sglang") == []
 

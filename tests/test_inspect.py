@@ -10,7 +10,6 @@ import struct
 import pytest
 
 import lora_guard as lg
-from conftest_adapters import peft_zoo
 from lora_guard._reading.safetensors import (
     MAX_HEADER_BYTES,
     HeaderError,
@@ -21,11 +20,6 @@ from lora_guard._reading.safetensors import (
 from lora_guard._testing.adapter_writer import write_adapter
 
 pytest.importorskip("peft")
-
-
-@pytest.fixture(scope="module")
-def zoo() -> dict[str, pathlib.Path]:
-    return peft_zoo()
 
 
 # --- real PEFT adapters --------------------------------------------------------------------

@@ -8,6 +8,7 @@ reference, and in the checker's report on a real PEFT adapter.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import pathlib
 from collections.abc import Iterator
@@ -165,6 +166,21 @@ def test_each_code_is_a_module_named_for_it_and_each_check_sits_beside_its_words
     assert sorted(c.code for c in CHECKS) == [name[:5].upper() for name in checks]
     positions = [c.position for c in CHECKS]
     assert positions == sorted(set(positions))  # the report order: each check's own place
+
+
+def test_a_codes_tests_are_one_file_named_for_its_modules() -> None:
+    """CONTRIBUTING ("Where a test goes"): a code's tests are tests/test_lgNNN_<slug>.py, the
+    name of its modules (a seed, a field bug reproduced, is named for its situation)."""
+    named: dict[str, str] = {}
+    for path in sorted(pathlib.Path(__file__).parent.glob("test_lg*.py")):
+        code = path.name[5:10].upper()
+        assert code in lg.INVARIANTS, f"{path.name}: {code} is not a code of the catalogue"
+        assert code not in named, f"{named.get(code)} and {path.name}: one file per code"
+        named[code] = path.name
+        module = f"{code.lower()}_{lg.INVARIANTS[code].slug.replace('-', '_')}"
+        seed = (ast.get_docstring(ast.parse(path.read_text("utf-8"))) or "").startswith("Seed ")
+        assert seed or path.stem == f"test_{module}", f"{path.name}: name it test_{module}.py"
+    assert {"LG101", "LG104", "LG109"} <= set(named)
 
 
 @pytest.mark.parametrize(("planted", "where", "says"), [

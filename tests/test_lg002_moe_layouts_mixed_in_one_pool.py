@@ -1,7 +1,12 @@
-"""Seed 001: MoE adapters of shared-outer and per-expert layout must not share one pool."""
+"""Seed 001: MoE adapters of shared-outer and per-expert layout must not share one pool.
+
+LG002 (mixed-moe-layout): the load guard (`LayoutRegistry`, `@guard_adapter_load`) refuses the
+second layout before the loader runs; `check_adapters` says it of a set of adapter folders.
+"""
 
 from __future__ import annotations
 
+import pathlib
 import threading
 from collections import Counter
 
@@ -9,6 +14,7 @@ import pytest
 import torch
 
 import lora_guard as lg
+from lora_guard._testing.adapter_writer import write_adapter
 
 E, R, H, INTER = 4, 8, 64, 128  # experts, rank, hidden, moe intermediate
 PREFIX = "base_model.model.model.layers.{layer}.mlp.experts"
@@ -245,3 +251,15 @@ def test_eight_threads_admitting_and_releasing_a_thousand_adapters() -> None:
     kept = pool.adapters
     assert len(set(kept.values())) == 1  # one MoE layout, never two
     assert set(kept) == still_loaded  # no lost admission, no stale entry
+
+
+def test_mixed_moe_layouts_across_the_set_are_lg002(tmp_path: pathlib.Path) -> None:
+    mlp = ("gate_proj", "up_proj", "down_proj")
+    write_adapter(tmp_path / "a-shared", moe_layout="shared-outer", targets=mlp)
+    write_adapter(tmp_path / "b-flat", moe_layout="flat", targets=mlp)
+    write_adapter(tmp_path / "c-dense")
+    report = lg.check_adapters(tmp_path)
+    assert report.codes() == ["LG002"]
+    message = report.violations[0].message
+    assert "b-flat" in message and "flat differs from shared-outer" in message
+    assert "a-shared" in message

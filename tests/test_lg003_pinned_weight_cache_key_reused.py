@@ -177,3 +177,14 @@ def test_cache_entry_matches_predicate() -> None:
     assert lg.cache_entry_matches(torch.empty(48, 64), w)
     assert not lg.cache_entry_matches(torch.empty(24, 64), w)
     assert not lg.cache_entry_matches(None, w)
+
+
+def test_a_guarded_cache_reads_through_the_store_and_still_refuses_a_collision() -> None:
+    torch = pytest.importorskip("torch")
+    store: dict[str, object] = {}
+    cache = lg.GuardedCache(store)
+    cache["k"] = torch.empty(4, 8)
+    assert cache.get("k") is store["k"] and cache.get("missing", 1) == 1
+    with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
+        cache["k"] = torch.empty(2, 8)
+    assert cache.get("k").shape == (4, 8) and isinstance(cache, dict)

@@ -1,4 +1,6 @@
-"""Tensor-parallel ranks that must agree: fingerprints, and real gloo runs of 2 and 4 processes.
+"""LG301 (rank-divergence): tensor-parallel ranks that must agree: fingerprints, and real gloo
+runs of 2 and 4 processes. (A rank running another lora_guard release:
+tests/test_distributed_releases.py.)
 
 The multi-process tests spawn one small gloo job per world size (module-scoped, so the cost of
 starting processes is paid once); each rank plays every scenario in turn and writes what it
