@@ -26,6 +26,9 @@ from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
 from peft.utils import hotswap  # noqa: E402
 
 import lora_guard as lg  # noqa: E402
+from lora_guard._checking.registry import adapter_invariant, remove_invariant  # noqa: E402
+from lora_guard._checking.rules.context import AdapterContext  # noqa: E402
+from lora_guard._core.errors import Violation, make_violation  # noqa: E402
 from lora_guard.integrations import peft as peft_guard  # noqa: E402
 
 LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -265,6 +268,31 @@ def test_an_adapter_peft_refuses_first_still_gets_every_defect_with_its_fix(
     assert isinstance(caught.value.__context__, ValueError)  # PEFT's own refusal
     assert "use_rslora" in str(caught.value.__context__)
     assert_bitwise_equal(before, model)
+
+
+def test_a_check_registered_after_a_clean_swap_is_run_on_the_next_swap(
+        adapters: dict[str, Path]) -> None:
+    # a server that adds its own house rule after start-up: an adapter swapped in clean
+    # before is not waved through on the remembered verdict
+    model = loaded(adapters["r8"])
+    hotswap.hotswap_adapter(model, adapters["r4"], adapter_name="default")  # type: ignore[arg-type]
+
+    @adapter_invariant(
+        code="LG197", slug="rank-four-retired", title="Rank 4 adapters are retired here",
+        summary="This server no longer serves rank 4.", triggers=("`r` is 4.",),
+        fixes=("Retrain at rank 8.",), error="AdapterError",
+        messages={"retired": "{subject}: rank 4 is retired."}, raised_by=("hot-swap",))
+    def rank_four_retired(ctx: AdapterContext) -> Iterator[Violation]:
+        if ctx.spec.config.get("r") == 4:
+            yield make_violation("LG197", "retired", ctx.subject)
+
+    try:
+        with pytest.raises(lg.AdapterError, match="rank 4 is retired") as caught:
+            hotswap.hotswap_adapter(model, adapters["r4"], adapter_name="default")  # type: ignore[arg-type]
+    finally:
+        remove_invariant("LG197")
+    assert caught.value.code == "LG197"
+    hotswap.hotswap_adapter(model, adapters["r4"], adapter_name="default")  # type: ignore[arg-type]
 
 
 def test_peft_alone_refusing_a_swap_keeps_its_own_error(

@@ -63,8 +63,10 @@ class Violation:
 
     @property
     def invariant(self) -> str:
-        """The invariant's slug, e.g. ``"pool-shape-drift"``."""
-        return INVARIANTS[self.code].slug
+        """The invariant's slug, e.g. ``"pool-shape-drift"``; ``"unregistered"`` once a
+        made-up invariant was removed (`remove_invariant`) after it was reported."""
+        entry = INVARIANTS.get(self.code)
+        return entry.slug if entry is not None else "unregistered"
 
     def __str__(self) -> str:
         return f"{self.code} {self.invariant}: {self.message} Fix: {self.hint}"

@@ -18,6 +18,7 @@ import functools
 import importlib
 import importlib.metadata
 import inspect
+import marshal
 import math
 import os
 import pathlib
@@ -33,6 +34,7 @@ from typing import Any
 
 import wrapt
 
+from .._checking.registry import plugin_checks
 from .._core.config import STATE
 from .._core.errors import Violation
 from .._reading.adapters import (
@@ -51,8 +53,8 @@ from .._reading.bounded import Bounded
 from .._reading.files import join_name, open_regular
 from .._reading.safetensors import TensorInfo
 
-__all__ = ["AttachReport", "Integration", "IntegrationWarning", "Patch", "loaded_adapter",
-           "local_adapter"]
+__all__ = ["AttachReport", "CleanVerdicts", "Integration", "IntegrationWarning", "Patch",
+           "loaded_adapter", "local_adapter", "read_key"]
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 _MISSING = object()
@@ -616,6 +618,54 @@ def _tensor_info(tensor: Any) -> TensorInfo:
         return TensorInfo(shape=shape, dtype=str(tensor.dtype).removeprefix("torch."),
                           nbytes=math.prod(shape) * tensor.element_size())
     return _INFOS.get_or_make((tensor.shape, tensor.dtype), make)
+
+
+class CleanVerdicts:
+    """Adapters an engine has read and lora_guard found clean, remembered by value, so that
+    a recipe's adapters (or one loaded again) are not checked again on the engine's path.
+
+    A verdict is kept for one key (what the engine read, by value: `read_key`), one limits
+    object and one set of registered checks: the same adapter under other limits, or after
+    `lora_guard.adapter_invariant` registered a check, is checked again. The limits are
+    keyed by identity (`ServingLimits` holds a dict and is not hashable) and held by the
+    entry, so that identity is not reused while the entry lives. Bounded: the 256 latest.
+
+    >>> verdicts = CleanVerdicts("a doctest's loads")
+    >>> limits, key = object(), read_key({"r": 8}, {})
+    >>> verdicts.clean(key, limits), verdicts.remember(key, limits), verdicts.clean(key, limits)
+    (False, None, True)
+    >>> verdicts.clean(key, object())
+    False
+    """
+
+    __slots__ = ("_seen",)
+
+    def __init__(self, what: str) -> None:
+        self._seen = Bounded[tuple[Any, ...], object](256, what)
+
+    def clean(self, key: tuple[Any, ...] | None, limits: object) -> bool:
+        return key is not None and self._seen.get(
+            (id(limits), plugin_checks(), key)) is limits
+
+    def remember(self, key: tuple[Any, ...] | None, limits: object) -> None:
+        if key is not None:
+            self._seen.put((id(limits), plugin_checks(), key), limits)
+
+    def clear(self) -> None:
+        self._seen.clear()
+
+
+def read_key(config: Mapping[str, Any], tensors: Mapping[str, Any],
+             *more: Any) -> tuple[Any, ...] | None:
+    """What an engine read, as a `CleanVerdicts` key: the config's ``marshal`` bytes (exact
+    in type and value: ``8`` is not ``8.0`` nor ``True``), each tensor's name, shape and
+    dtype, and ``more``; None when a value has no such key (that load is checked, never
+    remembered)."""
+    try:
+        return (marshal.dumps(config if type(config) is dict else dict(config)),
+                tuple([(name, t.shape, t.dtype) for name, t in tensors.items()]), *more)
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def engine_files_clean(folder: str | os.PathLike[str]) -> bool:

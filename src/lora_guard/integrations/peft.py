@@ -36,7 +36,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import os
 import weakref
@@ -47,7 +46,6 @@ from typing import Any
 from .._checking.check_adapters import Expected, ServingLimits, spec_violations
 from .._checking.checks import shape_of
 from .._checking.invariants import settled_codes
-from .._checking.registry import plugin_checks
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
@@ -56,11 +54,13 @@ from .._reading.bounded import Bounded
 from .._reading.grammar import LAYER_INDEX as _LAYER
 from ._base import (
     AttachReport,
+    CleanVerdicts,
     Integration,
     Patch,
     engine_files_clean,
     loaded_adapter,
     local_adapter,
+    read_key,
 )
 
 __all__ = ["INTEGRATION", "instrument", "layer_violations", "layout_registry", "uninstrument"]
@@ -516,25 +516,21 @@ def _loaded_violations(folder: str | os.PathLike[str], config: dict[str, Any],
     clean before, with the same checks registered, are clean again (the adapters of one
     recipe, swapped in turn): only the folder's files rules and whether it ships an
     ``added_tokens.json`` are looked at again."""
-    key: tuple[Any, ...] | None = None
-    with contextlib.suppress(TypeError, AttributeError):  # not tensors: checked, not kept
-        key = (repr(config), tuple([(n, t.shape, t.dtype) for n, t in weights.items()]),
-               plugin_checks())
-        if _CLEAN_SWAPS.get(key) and engine_files_clean(folder) and not os.path.lexists(
-                os.path.join(folder, ADDED_TOKENS_NAME)):
-            return []
+    key = read_key(config, weights)
+    if _CLEAN_SWAPS.clean(key, _PEFT_SERVES) and engine_files_clean(folder) and \
+            not os.path.lexists(os.path.join(folder, ADDED_TOKENS_NAME)):
+        return []
     spec, found = loaded_adapter(folder, {**PEFT_CONFIG_DEFAULTS, **config}, weights, subject)
     if spec is not None:
         found += spec_violations(spec, _PEFT_SERVES, subject=subject,
                                  skip=_SWAP_SETTLED_ELSEWHERE)
-        if not found and key is not None and "added_tokens" not in spec.features:
-            _CLEAN_SWAPS.put(key, True)
+        if not found and "added_tokens" not in spec.features:
+            _CLEAN_SWAPS.remember(key, _PEFT_SERVES)
     return found
 
 
-_CLEAN_SWAPS = Bounded[tuple[Any, ...], bool](
-    256, "adapters PEFT read for a hot-swap and found clean: (config, tensors' names, "
-    "shapes and dtypes, the checks registered)")
+_CLEAN_SWAPS = CleanVerdicts("adapters PEFT read for a hot-swap and found clean: (config, "
+                             "tensors' names, shapes and dtypes)")
 
 
 def _hotswap_from_state_dict(wrapped: Callable[..., Any], instance: Any,

@@ -69,14 +69,12 @@ from .._checking.checks import check_cache_entry, check_slot_maps_violations
 from .._checking.engines import SPECS
 from .._checking.invariants import settled_codes
 from .._checking.limits import running_limits
-from .._checking.registry import plugin_checks
 from .._core.config import STATE, report
 from .._core.errors import LoRAGuardError, Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
 from .._guarding.shapes import shapes
 from .._reading.adapters import AdapterSpec
-from .._reading.bounded import Bounded
-from ._base import AttachReport, Integration, Patch, local_adapter
+from ._base import AttachReport, CleanVerdicts, Integration, Patch, local_adapter, read_key
 
 __all__ = ["INTEGRATION", "SET_LORA_INFO_DIMS", "instrument", "uninstrument"]
 
@@ -221,24 +219,20 @@ def _spec_violations(spec: AdapterSpec, limits: ServingLimits, vocab: int | None
     (its config, header and size; the same limits, vocabulary and registered checks) is clean
     again: a recipe's adapters, one loaded again. The folder is still read each time (the
     reader's own checks, LG108); one shipping ``added_tokens.json`` is always checked."""
-    key: tuple[Any, ...] | None = None
+    key = None
     if "added_tokens" not in spec.features:
-        with contextlib.suppress(TypeError):  # an unhashable value: checked, not remembered
-            key = (repr(spec.config), tuple(spec.tensors.items()), tuple(spec.metadata.items()),
-                   spec.size, spec.weights_file, id(limits), vocab, plugin_checks())
-            if _CLEAN.get(key) is limits:
-                return []
+        key = read_key(spec.config, spec.tensors, tuple(spec.metadata.items()), spec.size,
+                       spec.weights_file, vocab)
+        if _CLEAN.clean(key, limits):
+            return []
     found = spec_violations(spec, limits, subject=subject, skip=_SGLANG_SETTLES,
                             vocab_size=vocab)
-    if not found and key is not None:
-        _CLEAN.put(key, limits)
+    if not found:
+        _CLEAN.remember(key, limits)
     return found
 
 
-_CLEAN = Bounded[tuple[Any, ...], ServingLimits](
-    256, "sglang loads found clean: (config, header, size, the limits' identity, vocabulary, "
-    "registered checks) -> those limits, held so that their identity is not reused while the "
-    "entry lives")
+_CLEAN = CleanVerdicts("sglang loads found clean: (config, header, size, vocabulary)")
 
 
 def _validate_new_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],

@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
-import marshal
 import os
 import sys
 import weakref
@@ -56,15 +55,16 @@ from .._checking.limits import running_limits
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._reading.adapters import ADDED_TOKENS_NAME, AdapterSpec
-from .._reading.bounded import Bounded
 from .._reading.files import _lexists, join_name
 from ._base import (
     AttachReport,
+    CleanVerdicts,
     Integration,
     Patch,
     engine_files_clean,
     loaded_adapter,
     local_adapter,
+    read_key,
 )
 
 __all__ = ["INTEGRATION", "instrument", "slot_violations", "uninstrument"]
@@ -388,22 +388,16 @@ def _from_lora_tensors(wrapped: Callable[..., Any], instance: Any,
 
 
 def _check_loaded(load: _Load, config: dict[str, Any], tensors: dict[str, Any]) -> None:
-    """The checks of an adapter vLLM has read, on its config and tensors. A config and
-    tensors (names, shapes, dtypes) found clean under the same limits are clean again (a
-    recipe's adapters, an adapter loaded again): only the files vLLM read (the reader's file
-    rules) and whether the folder ships an ``added_tokens.json`` (which vLLM does not read)
-    are looked at again. The config's key is its ``marshal`` bytes: exact in type and value
-    (``8`` is not ``8.0`` nor ``True``), and equal bytes are equal configs (two equal configs
-    shared differently in memory may give two keys: a second check, never a wrong verdict)."""
+    """The checks of an adapter vLLM has read, on its config and tensors. One found clean
+    before under the same limits (`CleanVerdicts`: a recipe's adapters, one loaded again) is
+    not checked again: only the files vLLM read (the reader's file rules) and whether the
+    folder ships an ``added_tokens.json`` (which vLLM does not read) are looked at again."""
     limits = _limits_for(load.expected, mapped=load.mapped, peft_helper=load.peft_helper,
                          server=load.server)
-    key: Any = None
-    with contextlib.suppress(TypeError, ValueError):  # unhashable, unmarshallable: checked
-        key = (id(limits), load.vocab, marshal.dumps(config),
-               tuple([(n, t.shape, t.dtype) for n, t in tensors.items()]))
-        if _CLEAN.get(key) is limits and engine_files_clean(load.lora_dir) and not _lexists(
-                join_name(os.fspath(load.lora_dir), ADDED_TOKENS_NAME)):
-            return
+    key = read_key(config, tensors, load.vocab)
+    if _CLEAN.clean(key, limits) and engine_files_clean(load.lora_dir) and not _lexists(
+            join_name(os.fspath(load.lora_dir), ADDED_TOKENS_NAME)):
+        return
     subject = _subject(load.lora_dir)
     if not _VLLM_KEYS.isdisjoint(config):
         config = {k: v for k, v in config.items() if k not in _VLLM_KEYS}
@@ -412,15 +406,11 @@ def _check_loaded(load: _Load, config: dict[str, Any], tensors: dict[str, Any]) 
                           peft_helper=load.peft_helper, vocab=load.vocab, server=load.server,
                           subject=subject, limits=limits)
     report(found)
-    if not found and key is not None and spec is not None and \
-            "added_tokens" not in spec.features:
-        _CLEAN.put(key, limits)
+    if not found and spec is not None and "added_tokens" not in spec.features:
+        _CLEAN.remember(key, limits)
 
 
-_CLEAN = Bounded[tuple[Any, ...], ServingLimits](
-    256, "vLLM loads found clean: (the limits' identity, vocabulary, config, tensors) -> those "
-    "limits, held so that their identity is not reused while the entry lives (ServingLimits "
-    "holds the base config, a dict, and is not hashable by value)")
+_CLEAN = CleanVerdicts("vLLM loads found clean: (config, tensors, vocabulary)")
 
 
 _CONFIG_SLOT = "_lora_guard_config"
