@@ -1,12 +1,14 @@
 """LG104's check, the one place LG104 is decided: weight keys outside PEFT's grammar, modules
 the server does not serve (``limits.target_modules``), and full embedding weights saved under
-a name the engine does not read (``plain-embeddings-refused``)."""
+a name the engine does not read (``plain-embeddings-refused``), and LoRA on an embedding the
+base's model class does not serve (``embeddings-by-architecture``)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection
 
+from lora_guard._checking.engines.vllm import EMBEDDING_LORA, EMBEDDINGS
 from lora_guard._checking.registry import adapter_check, module_rule
 from lora_guard._checking.rules.context import AdapterContext, grouped_violations
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, Grouped
@@ -53,7 +55,8 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     plain = "plain-embeddings-refused" in rules
     saved = "saved-embeddings-refused" in rules
     shared = [(rule, variant) for rule, variant in _INDEXED_SHARED if rule in rules]
-    if not (spec.unknown_keys or plain or saved or shared):  # most adapters: served modules only
+    embeddings = "embeddings-by-architecture" in rules and ctx.limits.base is not None
+    if not (spec.unknown_keys or plain or saved or shared or embeddings):  # most adapters: served modules only
         return grouped_violations(ctx, "LG104", "module")
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
              for key in spec.unknown_keys[:MAX_PER_KIND]]
@@ -67,6 +70,8 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
         found += _plain_embeddings(ctx, any_form=True)
     for _rule, variant in shared:
         found += _indexed_shared(ctx, variant)
+    if embeddings:
+        found += _embeddings_not_served(ctx)
     return found + grouped_violations(ctx, "LG104", "module")  # modules not served
 
 
@@ -87,6 +92,24 @@ def _indexed_shared(ctx: AdapterContext, variant: str) -> list[Violation]:
     return [make_violation("LG104", variant, ctx.subject, module=name, index=hit["index"],
                            engine=engine)
             for name, hit in [(n, h) for n, h in hits if h is not None][:MAX_PER_KIND]]
+
+
+def _embeddings_not_served(ctx: AdapterContext) -> list[Violation]:
+    """LoRA on an embedding (``embed_tokens``, ``lm_head``) that the base's vLLM model class
+    does not list in its ``embedding_modules``, which vLLM refuses at load; no verdict for an
+    architecture vLLM's table does not hold."""
+    base = ctx.limits.base
+    arch = next((a for a in base.architectures if a in EMBEDDING_LORA), None) if base else None
+    if arch is None:
+        return []
+    served = EMBEDDING_LORA[arch]
+    engine = ctx.limits.engine or "the server"
+    hits = {m.target: m.module for m in ctx.spec.modules.values()
+            if m.target in EMBEDDINGS and m.target not in served}
+    return [make_violation("LG104", "embedding-architecture", ctx.subject, module=module,
+                           target=target, architecture=arch, engine=engine,
+                           served=", ".join(sorted(served)) or "none")
+            for target, module in sorted(hits.items())]
 
 
 def _plain_embeddings(ctx: AdapterContext, *, any_form: bool = False) -> list[Violation]:

@@ -17,6 +17,9 @@ ENTRY = entry(
         "DoRA's magnitude vector or a `modules_to_save` weight.",
         "lmdeploy: a full embedding weight saved with the adapter (`save_embedding_layers`, "
         "which PEFT turns on for an `lm_head` or `embed_tokens` target), in either form.",
+        "vLLM: LoRA on `embed_tokens` / `lm_head` of a base whose vLLM model class does not "
+        "serve LoRA on that embedding (Qwen2, Mistral, Gemma 2), by the base config's "
+        "`architectures`.",
     ),
     situations=(
         "Module prefixes from another architecture (`model.layers` vs `transformer.h`).",
@@ -29,6 +32,9 @@ ENTRY = entry(
         "Save the adapter without the full embedding weights "
         "(save_pretrained(path, save_embedding_layers=False)) when the vocabulary was not "
         "resized; if it was, merge the adapter into the resized base model and serve that.",
+        "Retrain without LoRA on embed_tokens / lm_head (target the linear layers; new tokens "
+        "need the embeddings merged into the base), or merge the adapter into the base model "
+        "and serve the merged model.",
     ),
     example=(
         "# before: adapter targets o_proj, server serves q_proj,v_proj\n"
@@ -59,10 +65,15 @@ ENTRY = entry(
         "shared-experts-refused": (
             "{subject}: {module} is an indexed shared-expert weight (shared_experts.{index}); "
             "{engine} refuses it when it copies the adapter into its memory pool."
+        ),        "embedding-architecture": (
+            "{subject}: LoRA on {module}, but {engine} serves LoRA on the embeddings of "
+            "{architecture} only on: {served} (not {target}), and refuses this adapter at "
+            "load."
         ),
     },
     raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
                "integrations.sglang", "integrations.lmdeploy"),
     variant_fixes={"grammar": 1, "saved-embedding": 2, "saved-embedding-any": 2,
-                   "shared-experts-overwritten": 1, "shared-experts-refused": 1},
+                   "shared-experts-overwritten": 1, "shared-experts-refused": 1,
+                   "embedding-architecture": 3},
 )
