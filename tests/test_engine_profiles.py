@@ -352,7 +352,9 @@ def test_sglang_target_modules_normalise_to_packed_names(
     assert check(made, "plain", engine="sglang", lora_target_modules=["qkv_proj"]) == []
     assert check(made, "mlp", engine="sglang",
                  lora_target_modules=["gate_proj", "up_proj", "down_proj"]) == []
-    assert check(made, "o-proj", engine="sglang", lora_target_modules=["q_proj"]) == ["LG104"]
+    # o_proj is not served, and q_proj without v_proj cannot be stacked (once per layer)
+    assert check(made, "o-proj", engine="sglang",
+                 lora_target_modules=["q_proj"]) == ["LG104"] * 3
     code, _, err = run(capsys, str(made["plain"]), "--engine", "sglang", "--",
                        "--lora-target-modules", "c_attn")
     assert code == 2 and "--lora-target-modules" in err and "'c_attn' is not one of" in err

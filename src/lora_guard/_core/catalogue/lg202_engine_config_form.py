@@ -49,6 +49,10 @@ ENTRY = entry(
             "{subject}: target_modules is the string {value!r}; {engine} reads "
             "target_modules only as a list of module names or 'all' / 'all-linear'."
         ),
+        "target-none": (
+            "{subject}: target_modules is {value}; {engine} reads target_modules as a list "
+            "of module names for every adapter it loads, and the load fails."
+        ),
         "target-string-any": (
             "{subject}: target_modules is the string {value!r}; {engine} reads "
             "target_modules as a set of module names, so a string is read letter by letter "
