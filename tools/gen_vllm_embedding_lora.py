@@ -16,7 +16,7 @@ import os
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
-from lora_guard._frontends._verify_cpu import cpu_shims, vllm_cpu_platform  # noqa: E402
+from lora_guard._frontends._verify_cpu import cpu_shims, vllm_cpu_platform
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     for arch in sorted(ModelRegistry.get_supported_archs()):
         try:
             cls = ModelRegistry._try_load_model_cls(arch)
-        except Exception:  # noqa: BLE001 - an architecture whose imports are absent here
+        except Exception:
             continue
         if cls is None or not supports_lora(cls):
             continue

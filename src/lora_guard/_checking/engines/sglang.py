@@ -99,7 +99,7 @@ _SGLANG_RULES = (
          "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes",
          uses=("packed-slices", "target-modules-list")),
     Rule("LG202", "target_modules as a string other than 'all' / 'all-linear' (a PEFT regex), "
-         "null or missing fails the load",
+         "or null fails the load",
          "sglang/srt/lora/utils.py:get_normalized_target_modules; "
          "sglang/srt/lora/lora.py:LoRAAdapter._process_weight"),
     Rule("LG104", "q/k/v are stacked into qkv_proj from q_proj: a layer with LoRA on q_proj "

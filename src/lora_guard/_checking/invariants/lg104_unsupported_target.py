@@ -57,7 +57,8 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     shared = [(rule, variant) for rule, variant in _INDEXED_SHARED if rule in rules]
     embeddings = "embeddings-by-architecture" in rules and ctx.limits.base is not None
     stacked = "stacked-from-first" in rules
-    if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked):  # most adapters: served modules only
+    # most adapters: served modules only
+    if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked):
         return grouped_violations(ctx, "LG104", "module")
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
              for key in spec.unknown_keys[:MAX_PER_KIND]]
