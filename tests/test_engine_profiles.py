@@ -313,7 +313,8 @@ def test_sglang_refuses_target_modules_null(made: dict[str, pathlib.Path],
                                             tmp_path: pathlib.Path) -> None:
     """A hand-written or converted config with target_modules null: sglang 0.5.23 normalises
     it for every weight it loads (``LoRAAdapter._process_weight``) and fails with
-    "'NoneType' object is not iterable"; vLLM reads the weights' names and serves it."""
+    "'NoneType' object is not iterable"; vLLM reads the weights' names and serves it. (Found
+    by the field sweep; the engine tier's corpus case `targets-null` runs it on the three.)"""
     adapter = shutil.copytree(made["plain"], tmp_path / "null")
     config = json.loads((adapter / "adapter_config.json").read_text())
     config["target_modules"] = None
@@ -324,6 +325,10 @@ def test_sglang_refuses_target_modules_null(made: dict[str, pathlib.Path],
         "target_modules is null; sglang==0.5.23 reads target_modules as a list of module "
         "names for every adapter it loads, and the load fails.")
     assert lg.check_adapters(adapter, lg.ServingLimits.for_engine("vllm")).ok
+    # lmdeploy unions target_modules into a set of names: null fails too (TypeError)
+    lmdeploy = lg.check_adapters(adapter, lg.ServingLimits.for_engine("lmdeploy"))
+    assert "target_modules is null; lmdeploy==0.18.0 reads" in "\n".join(
+        v.message for v in lmdeploy.violations)
 
 
 def test_sglang_max_lora_rank_defaults_to_the_largest_r_of_the_set(
