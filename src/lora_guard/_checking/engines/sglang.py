@@ -106,7 +106,8 @@ _SGLANG_RULES = (
          "needs v_proj too (k_proj is zero-filled), k_proj or v_proj without q_proj is not "
          "stacked and finds no module; gate/up likewise from gate_proj (up_proj is "
          "zero-filled, never alone): otherwise the load fails",
-         "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj, normalize_gate_up_proj; "
+         "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj, "
+         "LoRAAdapter.normalize_gate_up_proj; "
          "sglang/srt/lora/utils.py:get_target_module_name", uses=("stacked-from-first",)),
     Rule("LG111", "the parts of one packed module (q/k/v, gate/up) must have one rank: a "
          "rank_pattern that gives them different ranks is refused when the weights are stacked",
