@@ -412,8 +412,8 @@ def guard_rows() -> list[Row]:
 
 CHECKER_WORK: list[tuple[str, Path, Any]] = []
 """(engine, an r8 adapter, the server's limits): the checker's work on one adapter, read from
-its folder and checked, as a load guard that reads the folder does it (sglang's, PEFT's; a
-vLLM load checks what vLLM read instead of reading the folder)."""
+its folder and checked, as a load guard that reads the folder does it (sglang's; a vLLM load
+and a PEFT hot-swap check what the engine read instead of reading the folder)."""
 
 
 def report_checker_work() -> None:

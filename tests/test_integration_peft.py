@@ -214,6 +214,120 @@ def test_warn_mode_lets_the_swap_through_with_a_warning(adapters: dict[str, Path
         lg.configure(mode="raise")
 
 
+def with_config(source: Path, folder: Path, **changes: object) -> Path:
+    """A copy of an adapter whose adapter_config.json was edited after training."""
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**config, **changes}))
+    return folder
+
+
+def test_a_swap_is_checked_on_what_peft_read_not_read_again(
+    adapters: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the checks run on the config and tensors PEFT read: lora_guard opens no file of the
+    # folder itself (added_tokens.json, which PEFT does not read, is looked for only)
+    def read_again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("lora_guard read the adapter folder a second time")
+
+    # a hand-edited config: lora_alpha NaN, which PEFT takes and every output turns NaN
+    nan_alpha = with_config(adapters["r8"], tmp_path / "nan-alpha", lora_alpha=float("nan"))
+    model, reference = loaded(adapters["r8"]), loaded(adapters["r4"])
+    monkeypatch.setattr(peft_guard, "local_adapter", read_again)
+
+    with lg.recording() as rec:
+        hotswap.hotswap_adapter(model, adapters["r4"], adapter_name="default")  # type: ignore[arg-type]
+    assert rec.violations == []
+    before = snapshot(model)
+    with pytest.raises(lg.AdapterError, match="lora_alpha") as caught:
+        hotswap.hotswap_adapter(model, nan_alpha, adapter_name="default")  # type: ignore[arg-type]
+
+    assert caught.value.code == "LG108"
+    assert_bitwise_equal(before, model)
+    with torch.inference_mode():
+        assert torch.allclose(model(INPUT).logits, reference(INPUT).logits, atol=1e-5)
+
+
+def test_an_adapter_peft_refuses_first_still_gets_every_defect_with_its_fix(
+    adapters: dict[str, Path], tmp_path: Path,
+) -> None:
+    # PEFT refuses the changed use_rslora before it reads the weights: lora_guard reads the
+    # folder then, and its error is raised from PEFT's
+    both = with_config(adapters["r8"], tmp_path / "both", use_rslora=True,
+                       lora_alpha=float("inf"))
+    model = loaded(adapters["r8"])
+    before = snapshot(model)
+
+    with pytest.raises(lg.AdapterError, match="Infinity") as caught:
+        hotswap.hotswap_adapter(model, both, adapter_name="default")  # type: ignore[arg-type]
+
+    assert caught.value.code == "LG108"
+    assert isinstance(caught.value.__context__, ValueError)  # PEFT's own refusal
+    assert "use_rslora" in str(caught.value.__context__)
+    assert_bitwise_equal(before, model)
+
+
+def test_peft_alone_refusing_a_swap_keeps_its_own_error(
+    adapters: dict[str, Path], tmp_path: Path,
+) -> None:
+    changed = with_config(adapters["r8"], tmp_path / "rslora", use_rslora=True)
+    model = loaded(adapters["r8"])
+    with lg.recording() as rec, pytest.raises(ValueError, match="use_rslora"):
+        hotswap.hotswap_adapter(model, changed, adapter_name="default")  # type: ignore[arg-type]
+    assert rec.violations == []
+
+
+def test_a_swap_after_the_lora_layers_were_replaced_checks_the_new_ones(
+    adapters: dict[str, Path],
+) -> None:
+    # a first swap, then prepare_model_for_compiled_hotswap puts padded layers in place of
+    # the LoRA factors: the next swap is checked against those, not the ones it saw first
+    model = loaded(adapters["r8"])
+    hotswap.hotswap_adapter(model, adapters["r4"], adapter_name="default")  # type: ignore[arg-type]
+    hotswap.prepare_model_for_compiled_hotswap(model, target_rank=8)
+    before = snapshot(model)
+
+    with pytest.raises(lg.PoolShapeDriftError, match="rank 16, above the rank 8"):
+        hotswap.hotswap_adapter(model, adapters["r16"], adapter_name="default")  # type: ignore[arg-type]
+    assert_bitwise_equal(before, model)
+
+def test_a_guarded_swap_walks_the_model_no_more_than_peft_alone(
+    adapters: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a walk: the model's modules or its state dict, from the top (cost grows with the model)
+    walks: list[str] = []
+    depth = [0]
+
+    def counted(name: str) -> object:
+        original = getattr(torch.nn.Module, name)
+
+        def walk(self: torch.nn.Module, *args: object, **kwargs: object) -> object:
+            if depth[0] == 0:
+                walks.append(name)
+            depth[0] += 1
+            try:
+                result = original(self, *args, **kwargs)
+                return list(result) if name == "named_modules" else result
+            finally:
+                depth[0] -= 1
+        return walk
+
+    for name in ("named_modules", "state_dict"):
+        monkeypatch.setattr(torch.nn.Module, name, counted(name))
+
+    def swap_walks() -> list[str]:
+        model = loaded(adapters["r8"])
+        walks.clear()
+        hotswap.hotswap_adapter(model, adapters["r4"], adapter_name="default")  # type: ignore[arg-type]
+        return list(walks)
+
+    guarded = swap_walks()
+    peft_guard.uninstrument()
+    plain = swap_walks()
+
+    assert plain  # PEFT's swap walks the model itself (0.21: its modules, its state dict)
+    assert guarded == plain
+
 # --- loading ---------------------------------------------------------------------------------
 
 def test_loading_an_adapter_from_another_base_leaves_the_model_untouched(
@@ -369,20 +483,23 @@ def test_an_moe_adapter_of_another_layout_is_refused_against_the_adapters_on_the
 # --- instrumenting ---------------------------------------------------------------------------
 
 def test_uninstrument_restores_the_original_functions_exactly() -> None:
+    from peft.config import PeftConfigMixin
+
+    def hooked() -> tuple[object, ...]:
+        return (vars(PeftModel)["load_adapter"], vars(PeftModel)["add_adapter"],
+                hotswap.hotswap_adapter, hotswap.hotswap_adapter_from_state_dict,
+                vars(hotswap)["load_peft_weights"], vars(PeftConfigMixin)["from_json_file"])
+
     peft_guard.uninstrument()
-    originals = (vars(PeftModel)["load_adapter"], vars(PeftModel)["add_adapter"],
-                 hotswap.hotswap_adapter, hotswap.hotswap_adapter_from_state_dict)
+    originals = hooked()
     peft_guard.instrument()
     peft_guard.instrument()   # idempotent
     assert vars(PeftModel)["load_adapter"] is not originals[0]
-    assert len(peft_guard.INTEGRATION.patched) == 5
+    assert len(peft_guard.INTEGRATION.patched) == 7
 
     peft_guard.uninstrument()
     peft_guard.uninstrument()
-    assert (vars(PeftModel)["load_adapter"], vars(PeftModel)["add_adapter"],
-            hotswap.hotswap_adapter, hotswap.hotswap_adapter_from_state_dict) == originals
-    assert vars(PeftModel)["load_adapter"] is originals[0]
-    assert hotswap.hotswap_adapter is originals[2]
+    assert all(now is before for now, before in zip(hooked(), originals, strict=True))
     assert peft_guard.INTEGRATION.patched == []
 
 

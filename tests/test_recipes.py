@@ -144,3 +144,34 @@ def test_adapters_that_differ_only_in_a_field_the_key_grammar_reads_keep_their_v
     assert together == sorted(alone)
     by_name = [[c for s, c, _ in together if s.endswith(f"{n}'")] for n in ("none", "all")]
     assert by_name == [["LG104"], ["LG105"]]  # a key no grammar reads; biases not served
+
+
+def _relabelled(trained: pathlib.Path, folder: pathlib.Path, **fields: object) -> pathlib.Path:
+    """``trained``'s weights under another name, its config edited as a hand-fixed config
+    is (``fields``): its own bytes, so its own recipe."""
+    shutil.copytree(trained, folder)
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config.update(revision=folder.name, **fields)
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_adapters_of_the_same_weights_keep_their_own_module_findings(
+        tmp_path: pathlib.Path) -> None:
+    # one trained adapter, and two copies whose configs were edited by hand: one says r=16
+    # over rank-8 weights (LG102 on every module), one sets lora_alpha to 0 (LG121, no
+    # module finding). The module pass of equal weights and equal grammar fields is shared;
+    # each adapter still gets what it gets alone.
+    trained = write_adapter(tmp_path / "run" / "a-trained", rank=8)
+    _relabelled(trained, tmp_path / "run" / "b-alpha-zero", lora_alpha=0)
+    _relabelled(trained, tmp_path / "run" / "c-rank-16", r=16)
+    together = sorted((v.subject, v.code, v.message)
+                      for v in lg.check_adapters(tmp_path / "run").violations)
+    alone = []
+    for folder in sorted((tmp_path / "run").iterdir()):
+        forget_remembered()
+        alone += [(v.subject, v.code, v.message) for v in lg.check_adapters(folder).violations]
+    assert together == sorted(alone)
+    by_name = [[c for s, c, _ in together if s.endswith(f"{n}'")]
+               for n in ("a-trained", "b-alpha-zero", "c-rank-16")]
+    assert by_name == [[], ["LG121"], ["LG102"]]

@@ -160,6 +160,26 @@ def test_load_serve_unload_and_swap_give_no_violation(guard, tmp_path):
     assert {pool.buffer_id_to_uid[i]: i for i in range(2)} == dict(pool.uid_to_buffer_id)
 
 
+
+@pytest.mark.lora_guard(expect=["LG101"])  # the refusal is a failed result
+def test_an_adapter_found_clean_is_checked_again_under_another_servers_limits(
+        guard, tmp_path):
+    # a clean verdict is remembered for the same files under the same limits only: the same
+    # adapter on a server with a lower --max-lora-rank is checked again, and refused
+    wide = h.peft_adapter(tmp_path / "wide", r=16)
+    roomy, tight = h.sglang_server(max_lora_rank=16), h.sglang_server(max_lora_rank=8)
+
+    with lg.recording() as seen:
+        for name in ("once", "again"):  # the second load: the remembered verdict
+            assert roomy.load_lora_adapter(h.sglang_ref(name, wide)).success
+    assert seen.violations == []
+    refused = tight.load_lora_adapter(h.sglang_ref("tight", wide))
+
+    assert refused.success is False
+    assert refused.error_message.startswith("LG101 rank-exceeds-limit: adapter 'tight'")
+    assert tight.loras == {} and set(roomy.loras) == {"once", "again"}
+
+
 @pytest.mark.lora_guard(expect=["LG101", "LG105"])  # both refusals are failed results
 def test_a_refused_load_leaves_the_pool_bitwise_unchanged_and_no_half_registered_adapter(
         guard, tmp_path):

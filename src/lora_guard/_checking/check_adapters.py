@@ -17,7 +17,7 @@ from lora_guard._checking.checks import MoELayout
 from lora_guard._checking.discovery import PathOrSpec, Target, as_list, discover_all, folder_path
 from lora_guard._checking.limits import ServingLimits, limits_argument
 from lora_guard._checking.report import SCHEMA_VERSION, SET, Report
-from lora_guard._checking.rules.recipe_outcome import RecipeOutcome
+from lora_guard._checking.rules.recipe_outcome import PartsOutcome, RecipeOutcome
 from lora_guard._checking.rules.shared import Expected
 from lora_guard._checking.run_checks import check_spec, spec_violations
 from lora_guard._core.errors import Violation, make_violation
@@ -30,7 +30,7 @@ from lora_guard._reading.adapters import (
     malformed_violation,
     read_recipes,
 )
-from lora_guard._reading.bounded import Bounded
+from lora_guard._reading.bounded import Bounded, ValueKey
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -213,6 +213,9 @@ class _SetCheck:
         self.patterns: list[tuple[str, Mapping[str, Any]]] = []
         self.outcomes: Bounded[Recipe, RecipeOutcome] = Bounded(
             256, "each recipe's outcomes in this run (a recipe pushed out is checked again)")
+        self.parts: Bounded[ValueKey, PartsOutcome] = Bounded(
+            256, "the module pass of each parts in this run (`Parts.key`: recipes that differ "
+            "only in what the module rules do not read share it)")
 
     def add(self, adapter_id: str, target: Target,
             read_already: Read | Exception | None = None) -> None:
@@ -227,8 +230,9 @@ class _SetCheck:
         elif isinstance(read_already, Exception):
             read = _unreadable(adapter_id, subject, read_already)
         else:
-            read = read_already.spec
-            shared = self.outcomes.get_or_make(read_already.recipe, RecipeOutcome)
+            read, recipe = read_already
+            shared = self.outcomes.get_or_make(recipe, lambda: RecipeOutcome(
+                parts=self.parts.get_or_make(recipe.parts.key, PartsOutcome)))
         if isinstance(read, Violation):
             self.by_adapter[adapter_id] = (read,)
             return

@@ -69,8 +69,9 @@ spec's metadata only and raises nothing for a bad adapter: a finding is a `Viola
 
 ModuleRule = Callable[[Any, LoRAModuleSpec, Any, list[Violation]], None]
 """The part of a check that looks at one LoRA module: run for every module in the one pass
-over an adapter's modules (`AdapterContext.modules`), it adds findings to ``grouped`` (one
-violation per kind, with a count) or, for a finding that names the adapter, to ``found``."""
+over an adapter's modules (`AdapterContext.modules`) with a ``ModuleContext`` (the limits,
+the config's ``PARTS_FIELDS``), it adds findings to ``grouped`` (one violation per kind,
+with a count) or, for a finding that names the adapter, to ``found``."""
 
 
 @dataclass(frozen=True)

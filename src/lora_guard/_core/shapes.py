@@ -38,6 +38,12 @@ def shape_of(obj: Any, *, name: str = "value") -> tuple[int, ...] | None:
     except Exception as exc:  # a nested tensor raises RuntimeError for .shape
         raise TypeError(f"{name}: its .shape cannot be read ({type(exc).__name__}: "
                         f"{str(exc)[:120]})") from None
+    if isinstance(shape, tuple) and len(shape) <= MAX_DIMS:
+        for dim in shape:
+            if type(dim) is not int or dim < 0:
+                break  # not a size as it is: the checks below say what it is
+        else:
+            return tuple(shape)  # a torch.Size: sizes already, as the checks below find
     if shape is None:
         if not isinstance(obj, (tuple, list)) or not all(
                 isinstance(d, int) and not isinstance(d, bool) for d in obj):

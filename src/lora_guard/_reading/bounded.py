@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Bounded", "caches", "forget_all"]
+__all__ = ["Bounded", "ValueKey", "caches", "forget_all"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -83,6 +83,36 @@ class Bounded(Generic[K, V]):
 
     def __repr__(self) -> str:
         return f"Bounded({len(self._entries)}/{self.size}: {self.what})"
+
+
+class ValueKey:
+    """A key made of a value that is costly to hash (a header's tensor entries): hashed once,
+    when it is made, instead of at each look-up (`Bounded.get_or_make` looks a key up twice:
+    to find the entry and to mark it used). Equal when the values are equal.
+
+    Example:
+        >>> from lora_guard._reading.bounded import ValueKey
+        >>> ValueKey((("a", 1), ("b", 2))) == ValueKey((("a", 1), ("b", 2)))
+        True
+        >>> len({ValueKey((1, 2)), ValueKey((1, 2)), ValueKey((2, 1))})
+        2
+    """
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: Hashable) -> None:
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return (type(other) is ValueKey and self._hash == other._hash
+                and self.value == other.value)
+
+    def __repr__(self) -> str:
+        return f"ValueKey({self.value!r})"
 
 
 def caches() -> list[Bounded[Any, Any]]:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from lora_guard._core.frozen import builder
-from lora_guard._reading.bounded import Bounded
+from lora_guard._reading.bounded import Bounded, ValueKey
 from lora_guard._reading.config import (
     MATCH_BUDGET,
+    FrozenConfig,
     _pattern_cost,
     pattern_value,
 )
@@ -338,6 +339,11 @@ class Parts(NamedTuple):
     targets: tuple[str, ...]
     dtypes: tuple[str, ...]
     rank: int | None
+    fields: Mapping[str, Any]
+    """The config's `PARTS_FIELDS` (those it has): all the grammar read of the config."""
+    key: ValueKey
+    """The value the parts were read from: the tensor entries and ``fields`` (equal keys,
+    equal parts); adapters whose keys are equal share what is read from their parts alone."""
 
 
 PARTS_FIELDS = ("r", "rank_pattern", "alpha_pattern", "target_parameters", "modules_to_save",
@@ -345,24 +351,25 @@ PARTS_FIELDS = ("r", "rank_pattern", "alpha_pattern", "target_parameters", "modu
 """The config fields the key grammar reads (`parts_of` is given these alone)."""
 
 
-def parts_of(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> Parts:
+def parts_of(tensors: dict[str, TensorInfo], config: FrozenConfig) -> Parts:
     """What a header's tensors say, read by LoRA's key grammar with the config's
     `PARTS_FIELDS` (``tensors`` is kept, read-only: a caller passes a map of its own).
 
     Made once per distinct tensor entries and fields (`_PARTS`): adapters that differ only
     in what the grammar does not read (a config's ``revision``, a header's
     ``__metadata__``) share their parts."""
-    fields = {name: config[name] for name in PARTS_FIELDS if name in config}
-    key = (tuple(tensors.items()), repr(fields))  # JSON values: equal reprs, equal values
-    return _PARTS.get_or_make(key, lambda: _read_parts(tensors, fields))
+    fields = config.fields(PARTS_FIELDS)
+    key = ValueKey((tuple(tensors.items()), repr(fields)))  # JSON: equal reprs, equal values
+    return _PARTS.get_or_make(key, lambda: _read_parts(tensors, fields, key))
 
 
-_PARTS: Bounded[tuple[tuple[tuple[str, TensorInfo], ...], str], Parts] = Bounded(
+_PARTS: Bounded[ValueKey, Parts] = Bounded(
     256, "the parts of a header by its tensor entries and the config fields the grammar "
     "reads: adapters of one recipe but for their names and metadata share them")
 
 
-def _read_parts(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> Parts:
+def _read_parts(tensors: dict[str, TensorInfo], config: dict[str, Any],
+                read_from: ValueKey) -> Parts:
     halves: dict[str, dict[str, str]] = {}
     extra: dict[str, str] = {}
     unknown: list[str] = []
@@ -400,4 +407,6 @@ def _read_parts(tensors: dict[str, TensorInfo], config: Mapping[str, Any]) -> Pa
         targets=tuple(sorted({m.target for m in modules.values()})),
         dtypes=tuple(sorted({tensors[k].dtype for k in lora_keys})),
         rank=max(ranks) if ranks else None,
+        fields=FrozenConfig(config),
+        key=read_from,
     )

@@ -385,7 +385,12 @@ def tensor_info(name: str, entry: object) -> TensorInfo:
     if end < begin:
         raise HeaderError(f"tensor {name[:200]!r} has data_offsets [{begin}, {end}] that end "
                           "before they begin")
-    return _sized_info(name, code, shape, bits, begin, end)
+    size = bits * math.prod(shape)
+    if size % 8 or size // 8 != end - begin:
+        raise HeaderError(_size_problem(name, code, shape, size, begin, end))
+    key = (code, tuple(shape), begin, end)  # (get, else put: a closure costs a tenth here)
+    return _INFOS.get(key) or _INFOS.put(key, _built_info(
+        key[1], DTYPE_NAMES[code], end - begin, (begin, end)))
 
 
 def _uints(values: object) -> bool:
@@ -398,21 +403,14 @@ def _uints(values: object) -> bool:
     return True
 
 
-def _sized_info(name: str, code: str, shape: list[int], bits: int, begin: int,
-                end: int) -> TensorInfo:
-    """`tensor_info`'s last rule: the shape's bytes are the offsets' span."""
-    bits *= math.prod(shape)
+def _size_problem(name: str, code: str, shape: list[int], bits: int, begin: int,
+                  end: int) -> str:
+    """Why a shape of ``bits`` bits does not fill the offsets' span (`tensor_info`'s last
+    rule: the shape's bytes are the offsets' span)."""
     if bits % 8:
-        raise HeaderError(f"tensor {name[:200]!r} of {code} {shape} is not a whole number of "
-                          "bytes")
-    if bits // 8 != end - begin:
-        raise HeaderError(
-            f"tensor {name[:200]!r} of {code} {shape} needs {bits // 8} bytes but its "
+        return f"tensor {name[:200]!r} of {code} {shape} is not a whole number of bytes"
+    return (f"tensor {name[:200]!r} of {code} {shape} needs {bits // 8} bytes but its "
             f"data_offsets [{begin}, {end}] hold {end - begin}")
-    dims = tuple(shape)
-    key = (code, dims, begin, end)
-    return _INFOS.get_or_make(key, lambda: _built_info(dims, DTYPE_NAMES[code], end - begin,
-                                                       (begin, end)))
 
 
 _INFOS: Bounded[tuple[str, tuple[int, ...], int, int], TensorInfo] = Bounded(

@@ -19,9 +19,14 @@ Guarded (PEFT >= 0.17):
   that disagree), the configs that change the computed function (LG105), and on a model
   prepared with ``prepare_model_for_compiled_hotswap`` a rank above the padded rank (LG001).
   A refused swap leaves the model's state dict bitwise unchanged. ``hotswap_adapter`` also
-  runs the checker on the folder first (LG108, LG107, LG002 within the adapter). Problems
-  PEFT itself refuses before writing (unexpected keys, a merged adapter, another PEFT type)
-  are left to PEFT, so its errors and its callers' ``except`` clauses stay as they are.
+  runs the checker's checks (LG108, LG107, LG002 within the adapter) on what PEFT read: the
+  config dict its ``from_json_file`` parsed and the tensors ``load_peft_weights`` loaded
+  (kept by two hooks; nothing is read twice), in the same call, before the first write; when
+  PEFT refuses the adapter before that (its config check), the checker reads the folder and
+  raises from PEFT's error. Problems PEFT itself refuses before writing (unexpected keys, a
+  merged adapter, another PEFT type) are left to PEFT, so its errors and its callers'
+  ``except`` clauses stay as they are. The guard adds no walk of the model (PEFT's swap
+  walks it twice itself: its modules, its state dict).
 
 Example:
     >>> from lora_guard.integrations import peft as peft_guard
@@ -31,21 +36,32 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .._checking.check_adapters import Expected, ServingLimits, spec_violations
 from .._checking.checks import shape_of
 from .._checking.invariants import settled_codes
+from .._checking.registry import plugin_checks
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
-from .._reading.adapters import FEATURES, AdapterSpec
+from .._reading.adapters import ADDED_TOKENS_NAME, FEATURES, AdapterSpec
+from .._reading.bounded import Bounded
 from .._reading.grammar import LAYER_INDEX as _LAYER
-from ._base import AttachReport, Integration, Patch, local_adapter
+from ._base import (
+    AttachReport,
+    Integration,
+    Patch,
+    engine_files_clean,
+    loaded_adapter,
+    local_adapter,
+)
 
 __all__ = ["INTEGRATION", "instrument", "layer_violations", "layout_registry", "uninstrument"]
 
@@ -311,8 +327,35 @@ def _lora_module(model: Any, module: str, modules: dict[str, Any]) -> Any:
         return modules[module]
     parent_name, _, leaf = module.rpartition(".")
     parent = _lora_module(model, parent_name, modules) if parent_name else model
-    found = None if parent is None else getattr(parent, leaf, None)
+    found = None if parent is None else _attribute(parent, leaf)
     modules[module] = found
+    return found
+
+
+_REGISTRIES_OF_A_MODULE = ("_parameters", "_buffers", "_modules")
+"""Where a torch module keeps what ``nn.Module.__getattr__`` returns, in its order."""
+_REGISTERED = Bounded[tuple[type, str], bool](
+    4096, "(module class, attribute name) pairs for which getattr was seen to return the "
+    "module's registered parameter, buffer or submodule: no class attribute shadows it")
+
+
+def _attribute(owner: Any, name: str) -> Any:
+    """``getattr(owner, name, None)``. For a torch module whose class gave its registered
+    parameter, buffer or submodule for ``name`` before, the entry is read from the module's
+    registries directly: what ``nn.Module.__getattr__`` returns, without its Python call
+    (a swap resolves some 70 attributes, and each such call costs about a microsecond)."""
+    state = getattr(owner, "__dict__", None)
+    if not isinstance(state, dict):
+        return getattr(owner, name, None)
+    if name not in state and _REGISTERED.get((type(owner), name)):
+        for registry in _REGISTRIES_OF_A_MODULE:
+            table = state.get(registry)
+            if table is not None and name in table:
+                return table[name]
+    found = getattr(owner, name, None)
+    if found is not None and any((state.get(registry) or {}).get(name) is found
+                                 for registry in _REGISTRIES_OF_A_MODULE):
+        _REGISTERED.put((type(owner), name), True)
     return found
 
 
@@ -341,7 +384,7 @@ def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str
         if parameter_prefix not in key or adapter_name not in key:
             continue  # not one of this adapter's tensors: PEFT refuses it before writing
         parent = _lora_module(model, key.rsplit(".", 1)[0], layers)
-        old_value = getattr(parent, key.rsplit(".", 1)[1], None) if parent is not None \
+        old_value = _attribute(parent, key.rsplit(".", 1)[1]) if parent is not None \
             else None
         new_shape, old_shape = shape_of(new_value), shape_of(old_value)
         if new_shape is None or old_shape is None:
@@ -365,7 +408,9 @@ def swap_violations(model: Any, state_dict: Mapping[str, Any], adapter_name: str
 def _swap_config_violations(model: Any, adapter_name: str, config: Any,
                             subject: str) -> list[Violation]:
     """LG105 for each config key whose change alters what the swapped adapter computes."""
-    loaded = (getattr(_peft_model(model), "peft_config", None) or {}).get(adapter_name)
+    # a compiled model's wrapper hands peft_config on from its _orig_mod itself (a look for
+    # _orig_mod on a PeftModel would raise and catch AttributeError through three modules)
+    loaded = (getattr(model, "peft_config", None) or {}).get(adapter_name)
     if config is None or loaded is None:
         return []
     return [make_violation("LG105", "hotswap-config", subject, key=key,
@@ -430,6 +475,68 @@ def _rank_mismatches(subject: str, state_dict: Mapping[str, Any],
 _SWAP_PARAMS = ("model", "state_dict", "adapter_name", "config", "parameter_prefix")
 
 
+@dataclass
+class _SwapRead:
+    """A ``hotswap_adapter`` of a local folder under way: what PEFT read from it (its
+    ``adapter_config.json`` as parsed, the tensors it loaded), kept by the hooks on PEFT's
+    readers for the checks, which run once (``checked``) before the first write."""
+
+    folder: str | os.PathLike[str]
+    subject: str
+    config: dict[str, Any] | None = None
+    weights: Mapping[str, Any] | None = None
+    checked: bool = False
+
+
+_SWAP: contextvars.ContextVar[_SwapRead | None] = contextvars.ContextVar(
+    "lora_guard_peft_swap", default=None)
+
+
+def _read_violations(read: _SwapRead) -> list[Violation]:
+    """The checker's checks of the adapter a swap reads: on PEFT's config and tensors when
+    the hooks saw them (nothing read again; only ``added_tokens.json``, which PEFT does not
+    read, from the folder), else on the checker's own read of the folder."""
+    read.checked = True
+    if read.config is None or read.weights is None:
+        spec, found = local_adapter(read.folder, read.subject, lora_only=True,
+                                    config_defaults=PEFT_CONFIG_DEFAULTS)
+    elif read.config.get("peft_type", "LORA") != "LORA":
+        return []  # another PEFT method: PEFT speaks for itself
+    else:
+        return _loaded_violations(read.folder, read.config, read.weights, read.subject)
+    if spec is not None:
+        found += spec_violations(spec, _PEFT_SERVES, subject=read.subject,
+                                 skip=_SWAP_SETTLED_ELSEWHERE)
+    return found
+
+
+def _loaded_violations(folder: str | os.PathLike[str], config: dict[str, Any],
+                       weights: Mapping[str, Any], subject: str) -> list[Violation]:
+    """The checks of what PEFT read. A config and tensors (names, shapes, dtypes) found
+    clean before, with the same checks registered, are clean again (the adapters of one
+    recipe, swapped in turn): only the folder's files rules and whether it ships an
+    ``added_tokens.json`` are looked at again."""
+    key: tuple[Any, ...] | None = None
+    with contextlib.suppress(TypeError, AttributeError):  # not tensors: checked, not kept
+        key = (repr(config), tuple([(n, t.shape, t.dtype) for n, t in weights.items()]),
+               plugin_checks())
+        if _CLEAN_SWAPS.get(key) and engine_files_clean(folder) and not os.path.lexists(
+                os.path.join(folder, ADDED_TOKENS_NAME)):
+            return []
+    spec, found = loaded_adapter(folder, {**PEFT_CONFIG_DEFAULTS, **config}, weights, subject)
+    if spec is not None:
+        found += spec_violations(spec, _PEFT_SERVES, subject=subject,
+                                 skip=_SWAP_SETTLED_ELSEWHERE)
+        if not found and key is not None and "added_tokens" not in spec.features:
+            _CLEAN_SWAPS.put(key, True)
+    return found
+
+
+_CLEAN_SWAPS = Bounded[tuple[Any, ...], bool](
+    256, "adapters PEFT read for a hot-swap and found clean: (config, tensors' names, "
+    "shapes and dtypes, the checks registered)")
+
+
 def _hotswap_from_state_dict(wrapped: Callable[..., Any], instance: Any,
                              args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     model = _bound(_SWAP_PARAMS, args, kwargs, "model")
@@ -437,24 +544,55 @@ def _hotswap_from_state_dict(wrapped: Callable[..., Any], instance: Any,
     adapter_name = str(_bound(_SWAP_PARAMS, args, kwargs, "adapter_name"))
     config = _bound(_SWAP_PARAMS, args, kwargs, "config")
     prefix = _bound(_SWAP_PARAMS, args, kwargs, "parameter_prefix", "lora_")
+    read = _SWAP.get()
+    found = _read_violations(read) if read is not None and not read.checked else []
     if isinstance(state_dict, Mapping):
-        report(swap_violations(model, state_dict, adapter_name, config, prefix))
+        found += swap_violations(model, state_dict, adapter_name, config, prefix)
+    report(found)
     return wrapped(*args, **kwargs)
 
 
 def _hotswap_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                      kwargs: dict[str, Any]) -> Any:
+    """A swap from a local folder: PEFT reads it (the hooks keep what it read) and the
+    checks run on that in `_hotswap_from_state_dict`, before the first write; when PEFT
+    refuses the adapter before (its config check, a file it cannot parse), the checker
+    reads the folder and reports every defect with its fix, from PEFT's error."""
     params = ("model", "model_name_or_path", "adapter_name")
-    path = _bound(params, args, kwargs, "model_name_or_path")
+    folder = _folder(_bound(params, args, kwargs, "model_name_or_path"), kwargs)
+    if not isinstance(folder, (str, os.PathLike)) or not os.path.isdir(folder):
+        return wrapped(*args, **kwargs)  # a Hub id: PEFT speaks for itself
     adapter_name = _bound(params, args, kwargs, "adapter_name")
-    subject = f"hot-swap of adapter {adapter_name!r}"
-    spec, violations = local_adapter(_folder(path, kwargs), subject, lora_only=True,
-                                     config_defaults=PEFT_CONFIG_DEFAULTS)
-    if spec is not None:
-        violations += spec_violations(spec, _PEFT_SERVES, subject=subject,
-                                      skip=_SWAP_SETTLED_ELSEWHERE)
-    report(violations)
-    return wrapped(*args, **kwargs)
+    read = _SwapRead(folder, f"hot-swap of adapter {adapter_name!r}")
+    token = _SWAP.set(read)
+    try:
+        return wrapped(*args, **kwargs)
+    except Exception:
+        if not read.checked:  # PEFT refused before what it read reached the checks
+            report(_read_violations(_SwapRead(folder, read.subject)))
+        raise
+    finally:
+        _SWAP.reset(token)
+
+
+def _config_read(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> Any:
+    """``PeftConfigMixin.from_json_file``: the config dict PEFT parsed, kept for a swap."""
+    config = wrapped(*args, **kwargs)
+    read = _SWAP.get()
+    if read is not None and not read.checked and isinstance(config, dict):
+        read.config = config
+    return config
+
+
+def _weights_read(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> Any:
+    """``hotswap.load_peft_weights``: the tensors PEFT loaded, kept for a swap."""
+    weights = wrapped(*args, **kwargs)
+    read = _SWAP.get()
+    if read is not None and not read.checked and isinstance(weights, Mapping):
+        read.weights = weights
+    return weights
 
 
 INTEGRATION = Integration(
@@ -472,6 +610,10 @@ INTEGRATION = Integration(
               ("model", "state_dict", "adapter_name", "config"), _hotswap_from_state_dict),
         Patch("peft.utils.hotswap", "hotswap_adapter",
               ("model", "model_name_or_path", "adapter_name"), _hotswap_adapter),
+        Patch("peft.utils.hotswap", "load_peft_weights", ("model_id", "device"),
+              _weights_read, optional=True),
+        Patch("peft.config", "PeftConfigMixin.from_json_file", ("cls", "path_json_file"),
+              _config_read, optional=True),
     ),
     on_uninstrument=_REGISTRIES.clear,
 )

@@ -23,7 +23,9 @@ the checker on the files report the same codes (the engine tier asserts it adapt
   adapters already loaded (LG002). sglang's loader turns every exception into
   ``LoRAUpdateOutput(success=False, error_message=str(e))``; the guard keeps that contract
   and puts its full message there (never an empty string). A failed load that leaves its
-  config behind is reported as LG201.
+  config behind is reported as LG201. The folder is read at every load; an adapter read as
+  one found clean before (same config, header and size, same limits and registered checks)
+  is not checked again.
 - ``LoRAManager.validate_new_adapter``: the same checks, for a caller that validates an
   adapter outside ``load_lora_adapter`` (inside it, the load guard has checked already).
 - ``LoRAManager.init_state``: the start-up adapters (``--lora-paths``, loaded inside
@@ -67,11 +69,13 @@ from .._checking.checks import check_cache_entry, check_slot_maps_violations
 from .._checking.engines import SPECS
 from .._checking.invariants import settled_codes
 from .._checking.limits import running_limits
+from .._checking.registry import plugin_checks
 from .._core.config import STATE, report
 from .._core.errors import LoRAGuardError, Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
 from .._guarding.shapes import shapes
 from .._reading.adapters import AdapterSpec
+from .._reading.bounded import Bounded
 from ._base import AttachReport, Integration, Patch, local_adapter
 
 __all__ = ["INTEGRATION", "SET_LORA_INFO_DIMS", "instrument", "uninstrument"]
@@ -207,9 +211,34 @@ def _check(manager: Any, lora_ref: Any) -> tuple[list[Violation], AdapterSpec | 
     subject = _subject(lora_ref)
     spec, violations = local_adapter(getattr(lora_ref, "lora_path", None), subject)
     if spec is not None:
-        violations += spec_violations(spec, _limits(manager), subject=subject,
-                                      skip=_SGLANG_SETTLES, vocab_size=_vocab(manager))
+        violations += _spec_violations(spec, _limits(manager), _vocab(manager), subject)
     return violations, spec
+
+
+def _spec_violations(spec: AdapterSpec, limits: ServingLimits, vocab: int | None,
+                     subject: str) -> list[Violation]:
+    """`spec_violations` with the server's limits. An adapter read as one found clean before
+    (its config, header and size; the same limits, vocabulary and registered checks) is clean
+    again: a recipe's adapters, one loaded again. The folder is still read each time (the
+    reader's own checks, LG108); one shipping ``added_tokens.json`` is always checked."""
+    key: tuple[Any, ...] | None = None
+    if "added_tokens" not in spec.features:
+        with contextlib.suppress(TypeError):  # an unhashable value: checked, not remembered
+            key = (repr(spec.config), tuple(spec.tensors.items()), tuple(spec.metadata.items()),
+                   spec.size, spec.weights_file, id(limits), vocab, plugin_checks())
+            if _CLEAN.get(key) is limits:
+                return []
+    found = spec_violations(spec, limits, subject=subject, skip=_SGLANG_SETTLES,
+                            vocab_size=vocab)
+    if not found and key is not None:
+        _CLEAN.put(key, limits)
+    return found
+
+
+_CLEAN = Bounded[tuple[Any, ...], ServingLimits](
+    256, "sglang loads found clean: (config, header, size, the limits' identity, vocabulary, "
+    "registered checks) -> those limits, held so that their identity is not reused while the "
+    "entry lives")
 
 
 def _validate_new_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lora_guard._checking.registry import adapter_check, module_rule
-from lora_guard._checking.rules.context import AdapterContext, grouped_violations
+from lora_guard._checking.rules.context import AdapterContext, ModuleContext, grouped_violations
 from lora_guard._checking.rules.shared import Grouped
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import LoRAModuleSpec, parameter_key, pattern_value
@@ -35,7 +35,7 @@ def _conv_groups(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 @module_rule("LG102")
-def check_ranks(ctx: AdapterContext, module: LoRAModuleSpec, grouped: Grouped,
+def check_ranks(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
                 found: list[Violation]) -> None:
     """A's rank against B's, and against the config's."""
     a, b = module.a_shape, module.b_shape
@@ -60,7 +60,7 @@ def check_ranks(ctx: AdapterContext, module: LoRAModuleSpec, grouped: Grouped,
     rank = module.rank if module.rank is not None else rank_a
     if module.kind == "moe-flat" and module.experts is None:
         rank = rank_a  # rows not a multiple of r: report the rows
-    expected = _config_rank(ctx.spec.config, module)
+    expected = _config_rank(ctx.config, module)
     if rank != expected:
         grouped.add(("LG102", "config", rank, expected), module.module,
                     {"rank": rank, "config_rank": expected})

@@ -5,14 +5,14 @@ and, for an engine that gives a ``target_modules`` name a slot in every layer
 from __future__ import annotations
 
 from lora_guard._checking.registry import adapter_check, module_rule
-from lora_guard._checking.rules.context import AdapterContext, grouped_violations
+from lora_guard._checking.rules.context import AdapterContext, ModuleContext, grouped_violations
 from lora_guard._checking.rules.shared import Grouped, more
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import LoRAModuleSpec
 
 
 @module_rule("LG103", empty_halves=True)
-def orphan(ctx: AdapterContext, module: LoRAModuleSpec, grouped: Grouped,
+def orphan(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
            found: list[Violation]) -> None:
     if module.a_key is not None and module.b_key is not None:
         return

@@ -10,7 +10,7 @@ from collections.abc import Collection
 
 from lora_guard._checking.engines.vllm import EMBEDDING_LORA, EMBEDDINGS
 from lora_guard._checking.registry import adapter_check, module_rule
-from lora_guard._checking.rules.context import AdapterContext, grouped_violations
+from lora_guard._checking.rules.context import AdapterContext, ModuleContext, grouped_violations
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, Grouped
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
@@ -39,7 +39,7 @@ def is_served(module: LoRAModuleSpec, served: Collection[str], slices: bool = Fa
 
 
 @module_rule("LG104")
-def served_module(ctx: AdapterContext, module: LoRAModuleSpec, grouped: Grouped,
+def served_module(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
                   found: list[Violation]) -> None:
     served = ctx.limits.target_modules
     if served is not None and not is_served(

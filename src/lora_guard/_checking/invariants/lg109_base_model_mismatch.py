@@ -10,7 +10,7 @@ from collections.abc import Collection
 from typing import Any
 
 from lora_guard._checking.registry import adapter_check, module_rule
-from lora_guard._checking.rules.context import AdapterContext
+from lora_guard._checking.rules.context import AdapterContext, ModuleContext
 from lora_guard._checking.rules.shared import Expected, Grouped, more
 from lora_guard._core.catalogue import INVARIANTS
 from lora_guard._core.errors import Violation, make_violation
@@ -222,7 +222,7 @@ def _saved_embeddings(spec: AdapterSpec, base: BaseModelDims, grouped: Grouped) 
 
 
 @module_rule("LG109")
-def fits_base(ctx: AdapterContext, module: LoRAModuleSpec, grouped: Grouped,
+def fits_base(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
               found: list[Violation]) -> None:
     """One module against the base model (its live modules, its config, or its vocab alone)."""
     module_dims = ctx.module_dims

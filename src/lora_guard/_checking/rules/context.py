@@ -1,10 +1,12 @@
 """`AdapterContext`: what every check of one adapter reads (the adapter, the limits) and the
 facts several checks share, each computed once per adapter (or once per recipe, with the
 recipe's `RecipeOutcome`): the zero-size tensors, and the one pass over the adapter's LoRA
-modules."""
+modules, whose rules read a `ModuleContext` (so the pass is shared by every adapter of equal
+parts in a run: `PartsOutcome`)."""
 
 from __future__ import annotations
 
+import types
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -15,8 +17,9 @@ from lora_guard._checking.rules.recipe_outcome import ModuleOutcome, RecipeOutco
 from lora_guard._checking.rules.shared import Expected, Grouped, more
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
+from lora_guard._reading.grammar import PARTS_FIELDS
 
-__all__ = ["AdapterContext", "ModulePass", "grouped_violations"]
+__all__ = ["AdapterContext", "ModuleContext", "ModulePass", "grouped_violations"]
 
 
 class ModulePass(NamedTuple):
@@ -28,6 +31,21 @@ class ModulePass(NamedTuple):
     """Findings that name the adapter (LG102 between A and B), in module order."""
     ranks: dict[int, str]
     """Each rank of a module with both halves non-empty -> the first module with it."""
+
+
+class ModuleContext(NamedTuple):
+    """What a module rule reads besides the module: all of it the same for the adapters of
+    equal parts in one run (`Parts.key`: the tensor entries and the config's
+    `PARTS_FIELDS`), which is why the module pass is shared by them (`PartsOutcome`). A rule
+    that needs more of the adapter is a check of its own (`adapter_check`), not a rule."""
+
+    subject: str
+    """Names the adapter, for a finding in ``found`` (an outcome with one is never shared)."""
+    config: Mapping[str, Any]
+    """The config's `PARTS_FIELDS` alone (``r``, ``rank_pattern``...), read-only."""
+    limits: ServingLimits
+    vocab_size: int | None
+    module_dims: Mapping[str, tuple[Expected, Expected]] | None
 
 
 _NO_KEYS: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
@@ -77,15 +95,16 @@ class AdapterContext:
         return self._modules
 
     def _module_pass(self) -> ModulePass:
-        """Once per recipe in a set check: the modules' outcome is the same for every
-        adapter of a recipe. Computed each time: a ``rank_pattern`` or ``use_bdlora``
-        (they change what each module is compared with), an outcome that names the adapter
-        (LG102 between A and B), and for a guard that knows the live model's dims."""
+        """Once per parts in a set check: the modules' outcome is the same for every adapter
+        of equal parts (`PartsOutcome`; the rules read a `ModuleContext`). Computed each
+        time: a ``rank_pattern`` or ``use_bdlora`` (they change what each module is compared
+        with), an outcome that names the adapter (LG102 between A and B), and for a guard
+        that knows the live model's dims."""
         shared, config = self.shared, self.spec.config
         if shared is None or self.vocab_size is not None or self.module_dims is not None or (
                 config.get("use_bdlora") is not None or config.get("rank_pattern")):
             return self._run_rules()
-        hit = shared.modules
+        hit = shared.parts.modules
         if hit is not None:
             grouped = Grouped()
             for group, name, count, details in hit.grouped:
@@ -93,7 +112,7 @@ class AdapterContext:
             return ModulePass(grouped, [], dict(hit.ranks))
         outcome = self._run_rules()
         if not outcome.found:
-            shared.modules = ModuleOutcome(
+            shared.parts.modules = ModuleOutcome(
                 tuple((group, name, count, details) for group, (
                     name, count, details) in outcome.grouped.items.items()),
                 tuple(outcome.ranks.items()))
@@ -102,17 +121,21 @@ class AdapterContext:
     def _run_rules(self) -> ModulePass:
         grouped, found, ranks = Grouped(), list[Violation](), dict[int, str]()
         every, full = _rules()
-        bd = self.spec.config.get("use_bdlora")
+        config = self.spec.config
+        bd = config.get("use_bdlora")
+        ctx = ModuleContext(self.subject, types.MappingProxyType(
+            {name: config[name] for name in PARTS_FIELDS if name in config}),
+            self.limits, self.vocab_size, self.module_dims)
         empty = self.empty[1]
         for module in self.spec.modules.values():
             if bd is not None:
                 module = _block_diagonal(bd, module)
             for rule in every:
-                rule(self, module, grouped, found)
+                rule(ctx, module, grouped, found)
             if empty and (module.a_key in empty or module.b_key in empty):
                 continue
             for rule in full:
-                rule(self, module, grouped, found)
+                rule(ctx, module, grouped, found)
             if module.rank:
                 ranks.setdefault(module.rank, module.module)
         return ModulePass(grouped, found, ranks)

@@ -1,12 +1,13 @@
 """`RecipeOutcome`: what the checks of a recipe's first adapter found about what every
-adapter of the recipe shares (its config and header), reused for the others."""
+adapter of the recipe shares (its config and header), reused for the others; and its
+`PartsOutcome`, shared with the recipes of equal parts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ModuleOutcome", "RecipeOutcome"]
+__all__ = ["ModuleOutcome", "PartsOutcome", "RecipeOutcome"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,17 @@ class ModuleOutcome:
     """The findings grouped by kind (`Grouped` items), for the violations said once."""
     ranks: tuple[tuple[int, str], ...]
     """Each rank with the first module at it."""
+
+
+@dataclass(slots=True)
+class PartsOutcome:
+    """The module pass of the adapters whose parts are equal (`Parts.key`: the tensor
+    entries and the config fields the key grammar reads, which are all a module rule reads
+    of the config: `ModuleContext`), in one run; None: not found yet, or found with a
+    violation that names an adapter (not kept)."""
+
+    modules: ModuleOutcome | None = None
+    """LG102, LG103, LG104, LG109 of each module, when they reported nothing."""
 
 
 @dataclass(slots=True)
@@ -33,5 +45,6 @@ class RecipeOutcome:
     """LG002 within one adapter: the header's MoE weights were found in one layout."""
     packed_uniform: bool = False
     """LG111: every packed module's parts were found at one rank."""
-    modules: ModuleOutcome | None = None
-    """LG102, LG103, LG104, LG109 of each module, when they reported nothing."""
+    parts: PartsOutcome = field(default_factory=PartsOutcome)
+    """The module pass: shared with the recipes of equal parts in the run (`check_adapters`
+    hands each recipe's outcome the one of its parts)."""
