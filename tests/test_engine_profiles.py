@@ -309,6 +309,28 @@ def test_sglang_refuses_a_regex_target_modules(made: dict[str, pathlib.Path],
     assert lg.check_adapters(adapter, lg.ServingLimits.for_engine("vllm")).ok
 
 
+def test_sglang_refuses_target_modules_null(made: dict[str, pathlib.Path],
+                                            tmp_path: pathlib.Path) -> None:
+    """A hand-written or converted config with target_modules null: sglang 0.5.23 normalises
+    it for every weight it loads (``LoRAAdapter._process_weight``) and fails with
+    "'NoneType' object is not iterable"; vLLM reads the weights' names and serves it. (Found
+    by the field sweep; the engine tier's corpus case `targets-null` runs it on the three.)"""
+    adapter = shutil.copytree(made["plain"], tmp_path / "null")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["target_modules"] = None
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    report = lg.check_adapters(adapter, lg.ServingLimits.for_engine("sglang"))
+    assert report.codes() == ["LG202"]
+    assert report.violations[0].message.endswith(
+        "target_modules is null; sglang==0.5.23 reads target_modules as a list of module "
+        "names for every adapter it loads, and the load fails.")
+    assert lg.check_adapters(adapter, lg.ServingLimits.for_engine("vllm")).ok
+    # lmdeploy unions target_modules into a set of names: null fails too (TypeError)
+    lmdeploy = lg.check_adapters(adapter, lg.ServingLimits.for_engine("lmdeploy"))
+    assert "target_modules is null; lmdeploy==0.18.0 reads" in "\n".join(
+        v.message for v in lmdeploy.violations)
+
+
 def test_sglang_max_lora_rank_defaults_to_the_largest_r_of_the_set(
         made: dict[str, pathlib.Path]) -> None:
     # alone, r=8 sizes the pool: rank_pattern's 32 does not fit (sglang checks only r)
@@ -352,7 +374,9 @@ def test_sglang_target_modules_normalise_to_packed_names(
     assert check(made, "plain", engine="sglang", lora_target_modules=["qkv_proj"]) == []
     assert check(made, "mlp", engine="sglang",
                  lora_target_modules=["gate_proj", "up_proj", "down_proj"]) == []
-    assert check(made, "o-proj", engine="sglang", lora_target_modules=["q_proj"]) == ["LG104"]
+    # o_proj is not served, and q_proj without v_proj cannot be stacked (once per layer)
+    assert check(made, "o-proj", engine="sglang",
+                 lora_target_modules=["q_proj"]) == ["LG104"] * 3
     code, _, err = run(capsys, str(made["plain"]), "--engine", "sglang", "--",
                        "--lora-target-modules", "c_attn")
     assert code == 2 and "--lora-target-modules" in err and "'c_attn' is not one of" in err

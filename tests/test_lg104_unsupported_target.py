@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 import lora_guard as lg
+from conftest_adapters import TINY_LLAMA, llama, messages, save
+
+pytest.importorskip("peft")
+pytest.importorskip("transformers")
+
+from peft import LoraConfig
 
 
 def test_modules_the_server_does_not_serve(zoo: dict[str, pathlib.Path]) -> None:
@@ -23,3 +31,94 @@ def test_modules_the_server_does_not_serve(zoo: dict[str, pathlib.Path]) -> None
     fused = lg.check_adapters(zoo["moe-flat"], lg.ServingLimits(
         target_modules=("q_proj", "gate_proj", "up_proj", "down_proj")))
     assert fused.ok, fused.violations
+
+
+# --- the engines' own rules, found by the field sweep and judged by the real engines -------
+
+
+def _qwen2(**overrides: object) -> object:
+    """A tiny Qwen2 (Qwen2.5's class: tied embeddings), as the field fine-tunes it."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(Qwen2Config(**{**TINY_LLAMA, "tie_word_embeddings": True,
+                                           **overrides}))
+
+
+def _base_config(model: object, folder: pathlib.Path) -> pathlib.Path:
+    model.config.architectures = [type(model).__name__]  # type: ignore[attr-defined]
+    model.config.save_pretrained(str(folder))  # type: ignore[attr-defined]
+    return folder / "config.json"
+
+
+@pytest.mark.parametrize("targets", [["q_proj", "v_proj", "lm_head"],
+                                     ["q_proj", "v_proj", "embed_tokens"]])
+def test_vllm_refuses_lora_on_the_embeddings_of_a_qwen2_base(
+        tmp_path: pathlib.Path, targets: list[str]) -> None:
+    """vLLM 0.34.0's Qwen2ForCausalLM lists no embedding_modules: an adapter with LoRA on
+    lm_head or embed_tokens (new chat tokens, a tied head) fails its load with "expected
+    target modules in {...}" (the field sweep's real vLLM said so); on Llama it loads."""
+    embedding = targets[-1]
+    folder = save(_qwen2(), LoraConfig(r=8, target_modules=targets), tmp_path / "a")
+    qwen2 = _base_config(_qwen2(), tmp_path / "qwen2")
+    vllm = lg.ServingLimits.for_engine("vllm==0.34.0", base_config=qwen2)
+
+    report = lg.check_adapters([folder], vllm)
+
+    assert report.codes() == ["LG104"]
+    assert messages(report).endswith(
+        f"LoRA on {'model.' if embedding == 'embed_tokens' else ''}{embedding}, but "
+        "vllm==0.34.0 serves LoRA on the embeddings of Qwen2ForCausalLM only on: none (not "
+        f"{embedding}), and refuses this adapter at load.")
+    assert "merge the adapter into the base model" in report.violations[0].hint
+    on_llama = save(llama(), LoraConfig(r=8, target_modules=targets), tmp_path / "llama")
+    llama_base = _base_config(llama(), tmp_path / "llama-base")
+    assert lg.check_adapters([on_llama], lg.ServingLimits.for_engine(
+        "vllm==0.34.0", base_config=llama_base)).ok
+    # without the base's config the architecture is unknown: no verdict; before 0.34 unmodelled
+    unknown = lg.check_adapters([folder], lg.ServingLimits.for_engine("vllm==0.34.0"))
+    assert "LG104" not in unknown.codes()
+    assert lg.check_adapters([folder], lg.ServingLimits.for_engine(
+        "vllm==0.33.0", base_config=qwen2)).ok
+
+
+@pytest.mark.parametrize(("targets", "present", "missing"), [
+    (["q_proj"], "q_proj", "v_proj"),
+    (["q_proj", "k_proj"], "q_proj, k_proj", "v_proj"),
+    (["k_proj", "v_proj"], "k_proj, v_proj", "q_proj"),
+    (["v_proj", "o_proj"], "v_proj", "q_proj"),
+    (["up_proj", "down_proj"], "up_proj", "gate_proj"),
+])
+def test_sglang_refuses_a_stack_it_cannot_build(
+        tmp_path: pathlib.Path, targets: list[str], present: str, missing: str) -> None:
+    """sglang 0.5.23 stacks q/k/v into qkv_proj from each q_proj weight, reading v_proj
+    (k_proj zero-filled), and gate/up from gate_proj: a q_proj-only adapter fails with a
+    KeyError on v_proj, and k/v or up_proj without their first part with "Cannot find target
+    module name" (the field sweep's real sglang said so). vLLM serves each on its own."""
+    folder = save(llama(), LoraConfig(r=8, target_modules=targets), tmp_path / "a")
+    sglang = lg.ServingLimits.for_engine("sglang==0.5.23", "--max-lora-rank", "16",
+                                         "--lora-target-modules", "all")
+
+    report = lg.check_adapters([folder], sglang)
+
+    assert report.codes() == ["LG104", "LG104"]  # one per layer, each named
+    stack = "q_proj/k_proj/v_proj into qkv_proj starting from q_proj" if missing != \
+        "gate_proj" else "gate_proj/up_proj into gate_up_proj starting from gate_proj"
+    where = "mlp" if missing == "gate_proj" else "self_attn"
+    assert messages(report).splitlines()[1].endswith(
+        f"model.layers.1.{where} has LoRA on {present} but not on {missing}; "
+        f"sglang==0.5.23 stacks {stack}, and the load fails.")
+    assert lg.check_adapters([folder], lg.ServingLimits.for_engine("vllm==0.34.0")).ok
+
+
+def test_sglang_serves_the_stacks_it_can_build(tmp_path: pathlib.Path) -> None:
+    """q_proj with v_proj (k_proj zero-filled), gate_proj alone (up_proj zero-filled), and the
+    whole stacks: no false alarm."""
+    sglang = lg.ServingLimits.for_engine("sglang==0.5.23", "--max-lora-rank", "16",
+                                         "--lora-target-modules", "all")
+    stacks: dict[str, list[str] | str] = {"qv": ["q_proj", "v_proj"], "gate": ["gate_proj"],
+                                          "all": "all-linear"}
+    for name, targets in stacks.items():
+        folder = save(llama(), LoraConfig(r=8, target_modules=targets), tmp_path / name)
+        assert lg.check_adapters([folder], sglang).ok, name

@@ -176,6 +176,14 @@ CASES: list[Case] = [
     Case("saved-embedding-layers", "save_embedding_layers: full embed_tokens/lm_head weights",
          edit=_saved_embedding_layers),
     Case("lm-head", "LoRA on lm_head", dict(target_modules=["lm_head", "q_proj"])),
+    # --- stacks (found by the field sweep: sglang stacks q/k/v from q_proj, gate/up from
+    # gate_proj; vLLM applies each projection on its own) -------------------------------
+    Case("q-only", "q_proj only: no v_proj to stack it with", dict(target_modules=["q_proj"])),
+    Case("k-v", "k_proj and v_proj, no q_proj", dict(target_modules=["k_proj", "v_proj"])),
+    Case("up-no-gate", "up_proj and down_proj, no gate_proj",
+         dict(target_modules=["up_proj", "down_proj"])),
+    Case("targets-null", "target_modules null in the config (hand-written, converted)",
+         config=dict(target_modules=None)),
     # --- another base, broken tensors ------------------------------------------------------
     Case("other-base-hidden", "trained on a base of hidden size 128", base=_bigger_base),
     Case("other-base-vocab", "embedding LoRA trained on a vocab of 256",

@@ -516,6 +516,10 @@ CASES: list[Case] = [
     Case("unknown-dtype", 'dtype "Q4_K"', "LG108", "unknown dtype",
          edited(_set(A, "dtype", "Q4_K"))),
     Case("dtype-number", "dtype 16", "LG108", "unknown dtype", edited(_set(A, "dtype", 16))),
+    Case("dtype-int32", "every LoRA tensor under the I32 code (float bytes relabelled)",
+         "LG106", "is int32, not a floating-point dtype",
+         lambda root: adapter(root, weights=header(
+             [(key, "I32", shape) for key, _, shape in tensors()], elem=4))),
     Case("zero-size-tensor", "a lora_A of shape [0, 64]", "LG107", "zero size",
          lambda root: adapter(root, weights=header(
              [(A, "F16", [0, 64]), *tensors()[1:]]))),

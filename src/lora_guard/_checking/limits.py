@@ -28,7 +28,8 @@ ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-fr
                 "target-modules-list", "plain-embeddings-refused", "one-scaling-rslora",
                 "bias-by-tensors", "moe-expert-ranks", "moe-rslora-alpha-r",
                 "indexed-shared-overwrites", "indexed-shared-refused", "peft-0.14-config",
-                "target-modules-by-name", "saved-embeddings-refused", "slots-in-every-layer")
+                "target-modules-by-name", "saved-embeddings-refused", "slots-in-every-layer",
+                "embeddings-by-architecture", "stacked-from-first")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:
@@ -172,7 +173,10 @@ class ServingLimits:
     ``saved-embeddings-refused`` (full embedding weights saved with the adapter are refused in
     either form: lmdeploy, LG104), ``slots-in-every-layer`` (a ``target_modules`` name gets a
     slot in every layer of the base: a layer without its weights serves uninitialised memory,
-    lmdeploy, LG103)."""
+    lmdeploy, LG103), ``embeddings-by-architecture`` (LoRA on ``embed_tokens`` / ``lm_head``
+    only where the base's model class serves it, by ``architectures``: vLLM, LG104),
+    ``stacked-from-first`` (q/k/v stacked from q_proj, which needs v_proj; gate/up from
+    gate_proj: k_proj, v_proj or up_proj without it are refused, sglang, LG104)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 

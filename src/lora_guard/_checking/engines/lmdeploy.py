@@ -83,7 +83,7 @@ _LMDEPLOY_RULES = (
          "regex) is read letter by letter and the weights find no LoRA slot (KeyError); two "
          "entries naming one module lmdeploy does not pack (the full paths PEFT saves for "
          "'all-linear': model.layers.0.mlp.down_proj, model.layers.1.mlp.down_proj) fail the "
-         "start-up (AssertionError)",
+         "start-up (AssertionError); null fails the union (TypeError)",
          f"{_PATCH}; {_ADAPTER}:find_all_target", uses=("target-modules-by-name",)),
     Rule("LG105", "only lora_A/lora_B .weight keys load: DoRA magnitudes, lora_bias, saved "
          "biases, modules_to_save, trainable tokens, embedding LoRA and the embeddings PEFT "

@@ -98,8 +98,17 @@ _SGLANG_RULES = (
          "sglang/srt/lora/utils.py:get_normalized_target_modules; "
          "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes",
          uses=("packed-slices", "target-modules-list")),
-    Rule("LG202", "target_modules as a string other than 'all' / 'all-linear' (a PEFT regex) "
-         "fails the load", "sglang/srt/lora/utils.py:get_normalized_target_modules"),
+    Rule("LG202", "target_modules as a string other than 'all' / 'all-linear' (a PEFT regex), "
+         "or null fails the load",
+         "sglang/srt/lora/utils.py:get_normalized_target_modules; "
+         "sglang/srt/lora/lora.py:LoRAAdapter._process_weight"),
+    Rule("LG104", "q/k/v are stacked into qkv_proj from q_proj: a layer with LoRA on q_proj "
+         "needs v_proj too (k_proj is zero-filled), k_proj or v_proj without q_proj is not "
+         "stacked and finds no module; gate/up likewise from gate_proj (up_proj is "
+         "zero-filled, never alone): otherwise the load fails",
+         "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj, "
+         "LoRAAdapter.normalize_gate_up_proj; "
+         "sglang/srt/lora/utils.py:get_target_module_name", uses=("stacked-from-first",)),
     Rule("LG111", "the parts of one packed module (q/k/v, gate/up) must have one rank: a "
          "rank_pattern that gives them different ranks is refused when the weights are stacked",
          "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj",

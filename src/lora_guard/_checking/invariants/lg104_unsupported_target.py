@@ -1,12 +1,14 @@
 """LG104's check, the one place LG104 is decided: weight keys outside PEFT's grammar, modules
 the server does not serve (``limits.target_modules``), and full embedding weights saved under
-a name the engine does not read (``plain-embeddings-refused``)."""
+a name the engine does not read (``plain-embeddings-refused``), and LoRA on an embedding the
+base's model class does not serve (``embeddings-by-architecture``)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection
 
+from lora_guard._checking.engines.vllm import EMBEDDING_LORA, EMBEDDINGS
 from lora_guard._checking.registry import adapter_check, module_rule
 from lora_guard._checking.rules.context import AdapterContext, ModuleContext, grouped_violations
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, Grouped
@@ -53,7 +55,10 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     plain = "plain-embeddings-refused" in rules
     saved = "saved-embeddings-refused" in rules
     shared = [(rule, variant) for rule, variant in _INDEXED_SHARED if rule in rules]
-    if not (spec.unknown_keys or plain or saved or shared):  # most adapters: served modules only
+    embeddings = "embeddings-by-architecture" in rules and ctx.limits.base is not None
+    stacked = "stacked-from-first" in rules
+    # most adapters: served modules only
+    if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked):
         return grouped_violations(ctx, "LG104", "module")
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
              for key in spec.unknown_keys[:MAX_PER_KIND]]
@@ -67,6 +72,10 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
         found += _plain_embeddings(ctx, any_form=True)
     for _rule, variant in shared:
         found += _indexed_shared(ctx, variant)
+    if embeddings:
+        found += _embeddings_not_served(ctx)
+    if stacked:
+        found += _stack_incomplete(ctx)
     return found + grouped_violations(ctx, "LG104", "module")  # modules not served
 
 
@@ -87,6 +96,59 @@ def _indexed_shared(ctx: AdapterContext, variant: str) -> list[Violation]:
     return [make_violation("LG104", variant, ctx.subject, module=name, index=hit["index"],
                            engine=engine)
             for name, hit in [(n, h) for n, h in hits if h is not None][:MAX_PER_KIND]]
+
+
+# (parts in stacking order, the packed module, the parts the stack is built from)
+_STACKS = ((("q_proj", "k_proj", "v_proj"), "qkv_proj", ("q_proj", "v_proj")),
+           (("gate_proj", "up_proj"), "gate_up_proj", ("gate_proj",)))
+
+
+def _stack_incomplete(ctx: AdapterContext) -> list[Violation]:
+    """sglang stacks q/k/v into qkv_proj starting from each q_proj weight, reading v_proj
+    (k_proj zero-filled), and gate/up into gate_up_proj from gate_proj (up_proj zero-filled):
+    a layer with q_proj but no v_proj fails there, and k_proj, v_proj or up_proj without
+    their first part stay unstacked and find no module of the pool
+    (``LoRAAdapter.normalize_qkv_proj``, ``normalize_gate_up_proj``)."""
+    by_parent: dict[tuple[str, int], dict[str, str]] = {}
+    for m in ctx.spec.modules.values():
+        if m.kind != "linear":
+            continue
+        for index, (parts, _packed, _needed) in enumerate(_STACKS):
+            if m.target in parts:
+                parent = m.module.removesuffix(m.target)
+                by_parent.setdefault((parent, index), {})[m.target] = m.module
+    engine = ctx.limits.engine or "the server"
+    found: list[Violation] = []
+    for (parent, index), present in sorted(by_parent.items()):
+        parts, packed, needed = _STACKS[index]
+        missing = [p for p in needed if p not in present]
+        if not missing:
+            continue
+        found.append(make_violation(
+            "LG104", "stack-incomplete", ctx.subject, module=parent.rstrip(".") or packed,
+            present=", ".join(p for p in parts if p in present), missing=", ".join(missing),
+            engine=engine, parts="/".join(parts), packed=packed, first=parts[0]))
+        if len(found) == MAX_PER_KIND:
+            break
+    return found
+
+
+def _embeddings_not_served(ctx: AdapterContext) -> list[Violation]:
+    """LoRA on an embedding (``embed_tokens``, ``lm_head``) that the base's vLLM model class
+    does not list in its ``embedding_modules``, which vLLM refuses at load; no verdict for an
+    architecture vLLM's table does not hold."""
+    base = ctx.limits.base
+    arch = next((a for a in base.architectures if a in EMBEDDING_LORA), None) if base else None
+    if arch is None:
+        return []
+    served = EMBEDDING_LORA[arch]
+    engine = ctx.limits.engine or "the server"
+    hits = {m.target: m.module for m in ctx.spec.modules.values()
+            if m.target in EMBEDDINGS and m.target not in served}
+    return [make_violation("LG104", "embedding-architecture", ctx.subject, module=module,
+                           target=target, architecture=arch, engine=engine,
+                           served=", ".join(sorted(served)) or "none")
+            for target, module in sorted(hits.items())]
 
 
 def _plain_embeddings(ctx: AdapterContext, *, any_form: bool = False) -> list[Violation]:

@@ -1,7 +1,7 @@
 """LG202's check of one adapter: a config the engine reads in another form than PEFT wrote
-it: ``target_modules`` saved as a string (a regex) where the engine reads a list
-(``target-modules-list``: sglang), any string or one module named twice where it unions names
-(``target-modules-by-name``: lmdeploy), and keys the engine's pinned PEFT 0.14 does not know
+it: ``target_modules`` saved as a string (a regex) or null where the engine reads a list
+(``target-modules-list``: sglang), any string, null or one module named twice where it unions
+names (``target-modules-by-name``: lmdeploy), and keys the engine's pinned PEFT 0.14 does not know
 (``peft-0.14-config``: lmdeploy)."""
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ def engine_config_form(ctx: AdapterContext) -> list[Violation]:
     if "target-modules-list" in rules and isinstance(targets, str) and (
             targets not in ("all", "all-linear")):
         found.append(make_violation("LG202", "target-string", ctx.subject, value=targets,
+                                    engine=engine))
+    if {"target-modules-list", "target-modules-by-name"}.intersection(rules) and (
+            targets is None) and (
+            "target_modules" in ctx.spec.config):  # null (a missing field is LG108)
+        found.append(make_violation("LG202", "target-none", ctx.subject, value="null",
                                     engine=engine))
     if "peft-0.14-config" in rules:
         unknown = sorted(set(ctx.spec.config) - PEFT_0_14_LORA_KEYS)

@@ -17,6 +17,12 @@ ENTRY = entry(
         "DoRA's magnitude vector or a `modules_to_save` weight.",
         "lmdeploy: a full embedding weight saved with the adapter (`save_embedding_layers`, "
         "which PEFT turns on for an `lm_head` or `embed_tokens` target), in either form.",
+        "sglang: a layer with LoRA on q_proj but not v_proj, on k_proj or v_proj but not "
+        "q_proj, or on up_proj but not gate_proj (it stacks q/k/v and gate/up from the "
+        "first).",
+        "vLLM: LoRA on `embed_tokens` / `lm_head` of a base whose vLLM model class does not "
+        "serve LoRA on that embedding (Qwen2, Mistral, Gemma 2), by the base config's "
+        "`architectures`.",
     ),
     situations=(
         "Module prefixes from another architecture (`model.layers` vs `transformer.h`).",
@@ -29,6 +35,12 @@ ENTRY = entry(
         "Save the adapter without the full embedding weights "
         "(save_pretrained(path, save_embedding_layers=False)) when the vocabulary was not "
         "resized; if it was, merge the adapter into the resized base model and serve that.",
+        "Retrain with target_modules holding the whole stack the engine builds (sglang: "
+        "q_proj with v_proj, k_proj optional; gate_proj with up_proj optional), or serve the "
+        "adapter with an engine that applies each projection on its own (vLLM).",
+        "Retrain without LoRA on embed_tokens / lm_head (target the linear layers; new tokens "
+        "need the embeddings merged into the base), or merge the adapter into the base model "
+        "and serve the merged model.",
     ),
     example=(
         "# before: adapter targets o_proj, server serves q_proj,v_proj\n"
@@ -59,10 +71,19 @@ ENTRY = entry(
         "shared-experts-refused": (
             "{subject}: {module} is an indexed shared-expert weight (shared_experts.{index}); "
             "{engine} refuses it when it copies the adapter into its memory pool."
+        ),        "stack-incomplete": (
+            "{subject}: {module} has LoRA on {present} but not on {missing}; {engine} stacks "
+            "{parts} into {packed} starting from {first}, and the load fails."
+        ),
+        "embedding-architecture": (
+            "{subject}: LoRA on {module}, but {engine} serves LoRA on the embeddings of "
+            "{architecture} only on: {served} (not {target}), and refuses this adapter at "
+            "load."
         ),
     },
     raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
                "integrations.sglang", "integrations.lmdeploy"),
     variant_fixes={"grammar": 1, "saved-embedding": 2, "saved-embedding-any": 2,
-                   "shared-experts-overwritten": 1, "shared-experts-refused": 1},
+                   "shared-experts-overwritten": 1, "shared-experts-refused": 1,
+                   "stack-incomplete": 3, "embedding-architecture": 4},
 )

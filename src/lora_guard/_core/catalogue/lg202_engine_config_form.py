@@ -16,16 +16,18 @@ ENTRY = entry(
     ),
     triggers=(
         "sglang (the integration, and `lora-guard check --engine sglang`): "
-        "`target_modules` is a string other than `all` or `all-linear`.",
+        "`target_modules` is a string other than `all` or `all-linear`, or null.",
         "lmdeploy (`lora-guard check --engine lmdeploy`, the integration): a key of "
         "`adapter_config.json` that PEFT 0.14 (lmdeploy's pinned peft) does not know, which "
         "every config saved by PEFT 0.15 or newer has (`peft_version`, "
         "`trainable_token_indices`...): PEFT 0.14 drops the config to its defaults and the "
-        "start-up fails; `target_modules` as any string; two `target_modules` entries "
+        "start-up fails; `target_modules` as any string or null; two `target_modules` entries "
         "naming one module lmdeploy does not pack (`o_proj`, `down_proj`).",
     ),
     situations=(
         "An adapter trained with a regex `target_modules`, served on sglang.",
+        "A config written by hand or by a converter with `\"target_modules\": null` (vLLM "
+        "reads the weights' names and serves it; sglang and lmdeploy fail the load).",
         "An adapter trained with a current PEFT, or with `target_modules=\"all-linear\"`, "
         "served on lmdeploy.",
     ),
@@ -48,6 +50,10 @@ ENTRY = entry(
         "target-string": (
             "{subject}: target_modules is the string {value!r}; {engine} reads "
             "target_modules only as a list of module names or 'all' / 'all-linear'."
+        ),
+        "target-none": (
+            "{subject}: target_modules is {value}; {engine} reads target_modules as a list "
+            "of module names for every adapter it loads, and the load fails."
         ),
         "target-string-any": (
             "{subject}: target_modules is the string {value!r}; {engine} reads "
