@@ -206,6 +206,26 @@ def test_a_worker_load_is_checked_on_what_vllm_read_not_read_again(
     assert set(worker.list_adapters()) == {1}
 
 
+def test_integer_weights_vllm_would_cast_and_serve_are_refused_at_load(guard, base, tmp_path):
+    # a conversion script "compressed" the adapter to int8 without scales: vLLM casts it to
+    # its LoRA dtype and serves garbage; bf16 and fp32 weights of one adapter still load
+    worker = h.vllm_server(base, max_loras=2, max_cpu_loras=3)
+    packed = h.edit_weights(h.peft_adapter(tmp_path / "int8", r=8),
+                            lambda t: t.update({k: (v * 100).to(torch.int8)
+                                                for k, v in t.items()}))
+    mixed = h.edit_weights(h.peft_adapter(tmp_path / "mixed", r=8),
+                           lambda t: t.update({k: v.to(torch.bfloat16)
+                                               for k, v in t.items() if "lora_A" in k}))
+
+    with pytest.raises(lg.AdapterError, match="LG106") as refused:
+        worker.add_adapter(h.vllm_request("int8", 1, packed))
+    assert "int8" in str(refused.value)
+    with lg.recording() as seen:
+        assert worker.add_adapter(h.vllm_request("mixed", 2, mixed))
+    assert seen.violations == []
+    assert set(worker.list_adapters()) == {2}
+
+
 def test_an_adapter_vllm_refuses_first_still_gets_every_defect_with_its_fix(
         guard, base, tmp_path):
     # vLLM's PEFTHelper refuses the rank before any tensor is read: lora_guard reads the

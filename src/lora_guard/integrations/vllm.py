@@ -19,7 +19,9 @@ match, with an `IntegrationWarning`, and `lora-guard doctor` lists each hook):
   ``model_vocab_size`` (LG109 for an embedding's A or lm_head's B). So vLLM also gets the
   checker's LG102, LG103, LG104 key grammar, LG105 (every config feature vLLM does not
   serve: DoRA, ``lora_bias``, ``bias``, ``modules_to_save``, ...), LG107, LG108 and LG002
-  within the adapter; not LG106, since vLLM casts every weight to its LoRA dtype.
+  within the adapter, and LG106 as the vLLM profile has it: mixed or unlisted float dtypes
+  pass (vLLM casts every weight to its LoRA dtype), integer weights do not (cast, they serve
+  garbage).
   ``max_lora_rank`` comes from the ``WorkerLoRAManager._load_adapter`` that calls it; called
   directly (an offline tool), from the ``LoRAConfig`` its ``PEFTHelper.validate_legal`` was
   given, else the current vLLM config, else vLLM's default (16). ``modules_to_save`` of a
@@ -49,7 +51,6 @@ from typing import Any
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_slot_maps_violations
 from .._checking.engines import SPECS
-from .._checking.invariants import settled_codes
 from .._checking.invariants.lg104_unsupported_target import names_not_served
 from .._checking.limits import running_limits
 from .._core.config import report
@@ -114,8 +115,6 @@ def _server(worker: Any) -> _Server:
 _LOADING: contextvars.ContextVar[_Server | None] = contextvars.ContextVar(
     "lora_guard_vllm_loading", default=None)
 """The server whose worker ``_load_adapter`` runs (its limits, base and max rank)."""
-_VLLM_SETTLES = settled_codes("LG106")
-"""Codes of the checker vLLM settles by design: it casts every weight to its LoRA dtype."""
 
 
 class _Load:
@@ -307,7 +306,7 @@ def _checked_spec(spec: AdapterSpec | None, violations: list[Violation], expecte
     if limits is None:
         limits = _limits_for(expected, mapped=mapped, peft_helper=peft_helper, server=server)
     violations = violations + spec_violations(
-        spec, limits, subject=subject, skip=_VLLM_SETTLES,
+        spec, limits, subject=subject,
         vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
     return violations + _packed_names(spec, expected, subject, violations)
 
