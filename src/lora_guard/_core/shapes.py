@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["MAX_DIMS", "shape_of"]
@@ -38,27 +39,28 @@ def shape_of(obj: Any, *, name: str = "value") -> tuple[int, ...] | None:
     except Exception as exc:  # a nested tensor raises RuntimeError for .shape
         raise TypeError(f"{name}: its .shape cannot be read ({type(exc).__name__}: "
                         f"{str(exc)[:120]})") from None
-    if isinstance(shape, tuple) and len(shape) <= MAX_DIMS:
-        for dim in shape:
-            if type(dim) is not int or dim < 0:
-                break  # not a size as it is: the checks below say what it is
-        else:
-            return tuple(shape)  # a torch.Size: sizes already, as the checks below find
     if shape is None:
         if not isinstance(obj, (tuple, list)) or not all(
                 isinstance(d, int) and not isinstance(d, bool) for d in obj):
             return None
         shape = obj
-    if isinstance(shape, (str, bytes)):
-        raise TypeError(f"{name}: its shape is the text {shape[:40]!r}, not a sequence of dims")
-    try:
-        dims = list(itertools.islice(iter(shape), MAX_DIMS + 1))
-    except Exception:
-        raise TypeError(f"{name}: its shape ({type(shape).__name__}) is not a sequence of "
-                        "dims") from None
-    if len(dims) > MAX_DIMS:
-        raise ValueError(f"{name}: its shape has more than {MAX_DIMS} dims")
-    return tuple(_size(dim, i, name) for i, dim in enumerate(dims))
+    if isinstance(shape, tuple) and len(shape) <= MAX_DIMS:
+        dims: Sequence[Any] = shape  # a torch.Size: bounded, nothing to copy
+    else:
+        if isinstance(shape, (str, bytes)):
+            raise TypeError(f"{name}: its shape is the text {shape[:40]!r}, not a sequence "
+                            "of dims")
+        try:
+            dims = list(itertools.islice(iter(shape), MAX_DIMS + 1))
+        except Exception:
+            raise TypeError(f"{name}: its shape ({type(shape).__name__}) is not a sequence of "
+                            "dims") from None
+        if len(dims) > MAX_DIMS:
+            raise ValueError(f"{name}: its shape has more than {MAX_DIMS} dims")
+    for dim in dims:
+        if type(dim) is not int or dim < 0:  # not a size as it is: `_size` says what it is
+            return tuple(_size(d, i, name) for i, d in enumerate(dims))
+    return tuple(dims)
 
 
 def _size(dim: Any, i: int, name: str) -> int:

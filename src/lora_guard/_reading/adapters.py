@@ -37,13 +37,13 @@ from lora_guard._reading.config import (
 )
 from lora_guard._reading.files import (
     _close_all,
-    _lexists,
     _open_folder,
     _read_fd,
     _read_weights,
     _reason,
     is_adapter_dir,
     join_name,
+    lexists,
     open_regular,
 )
 from lora_guard._reading.grammar import (
@@ -385,7 +385,7 @@ def member_spec(folder: pathlib.Path, recipe: Recipe, size: int, *,
 def _read_added_tokens(folder: pathlib.Path, dir_fd: int | None = None) -> dict[str, int] | None:
     """``added_tokens.json`` (token -> id, as a tokenizer saves it) when the folder ships one,
     read by the rules of ``adapter_config.json`` (no symlink out, size cap, strict JSON)."""
-    if not _lexists(ADDED_TOKENS_NAME if dir_fd is not None else join_name(
+    if not lexists(ADDED_TOKENS_NAME if dir_fd is not None else join_name(
             os.fspath(folder), ADDED_TOKENS_NAME), dir_fd):
         return None  # nearly every adapter: told without raising FileNotFoundError
     opened = open_regular(folder, ADDED_TOKENS_NAME, dir_fd)

@@ -30,14 +30,14 @@ def is_adapter_dir(path: str | os.PathLike[str]) -> bool:
     try:
         base = os.fspath(path)
         for name in _ADAPTER_ORDER:  # a loop: any() of a generator costs 0.7 us a folder
-            if _lexists(join_name(base, name)):
+            if lexists(join_name(base, name)):
                 return True
     except (OSError, ValueError, TypeError):  # bytes, a NUL: no adapter folder
         pass
     return False
 
 
-def _lexists(path: str, dir_fd: int | None = None) -> bool:
+def lexists(path: str, dir_fd: int | None = None) -> bool:
     """``os.path.lexists`` without a stat result: one ``faccessat`` that does not follow a
     link where the platform has it (the search asks it of every folder, the reader of every
     adapter's ``added_tokens.json``)."""

@@ -38,6 +38,7 @@ from .._checking.registry import plugin_checks
 from .._core.config import STATE
 from .._core.errors import Violation
 from .._reading.adapters import (
+    ADDED_TOKENS_NAME,
     CONFIG_NAME,
     AdapterSpec,
     FrozenConfig,
@@ -50,7 +51,7 @@ from .._reading.adapters import (
     read_config,
 )
 from .._reading.bounded import Bounded
-from .._reading.files import join_name, open_regular
+from .._reading.files import join_name, lexists, open_regular
 from .._reading.safetensors import TensorInfo
 
 __all__ = ["AttachReport", "CleanVerdicts", "Integration", "IntegrationWarning", "Patch",
@@ -643,9 +644,16 @@ class CleanVerdicts:
     def __init__(self, what: str) -> None:
         self._seen = Bounded[tuple[Any, ...], object](256, what)
 
-    def clean(self, key: tuple[Any, ...] | None, limits: object) -> bool:
-        return key is not None and self._seen.get(
-            (id(limits), plugin_checks(), key)) is limits
+    def clean(self, key: tuple[Any, ...] | None, limits: object,
+              folder: str | os.PathLike[str] | None = None) -> bool:
+        """Whether ``key`` was found clean under ``limits``. With ``folder`` (an engine that
+        does not read it through the checker's reader), only while the files the engine read
+        still obey the reader's file rules and it ships no ``added_tokens.json``, which no
+        engine's LoRA loader reads and which is checked every time."""
+        if key is None or self._seen.get((id(limits), plugin_checks(), key)) is not limits:
+            return False
+        return folder is None or (engine_files_clean(folder) and not lexists(
+            join_name(os.fspath(folder), ADDED_TOKENS_NAME)))
 
     def remember(self, key: tuple[Any, ...] | None, limits: object) -> None:
         if key is not None:

@@ -49,7 +49,7 @@ from .._checking.invariants import settled_codes
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
-from .._reading.adapters import ADDED_TOKENS_NAME, FEATURES, AdapterSpec
+from .._reading.adapters import FEATURES, AdapterSpec
 from .._reading.bounded import Bounded
 from .._reading.grammar import LAYER_INDEX as _LAYER
 from ._base import (
@@ -57,7 +57,6 @@ from ._base import (
     CleanVerdicts,
     Integration,
     Patch,
-    engine_files_clean,
     loaded_adapter,
     local_adapter,
     read_key,
@@ -517,8 +516,7 @@ def _loaded_violations(folder: str | os.PathLike[str], config: dict[str, Any],
     recipe, swapped in turn): only the folder's files rules and whether it ships an
     ``added_tokens.json`` are looked at again."""
     key = read_key(config, weights)
-    if _CLEAN_SWAPS.clean(key, _PEFT_SERVES) and engine_files_clean(folder) and \
-            not os.path.lexists(os.path.join(folder, ADDED_TOKENS_NAME)):
+    if _CLEAN_SWAPS.clean(key, _PEFT_SERVES, folder):
         return []
     spec, found = loaded_adapter(folder, {**PEFT_CONFIG_DEFAULTS, **config}, weights, subject)
     if spec is not None:

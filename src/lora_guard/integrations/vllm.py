@@ -55,14 +55,12 @@ from .._checking.invariants.lg104_unsupported_target import names_not_served
 from .._checking.limits import running_limits
 from .._core.config import report
 from .._core.errors import Violation, make_violation
-from .._reading.adapters import ADDED_TOKENS_NAME, AdapterSpec
-from .._reading.files import _lexists, join_name
+from .._reading.adapters import AdapterSpec
 from ._base import (
     AttachReport,
     CleanVerdicts,
     Integration,
     Patch,
-    engine_files_clean,
     loaded_adapter,
     local_adapter,
     read_key,
@@ -394,8 +392,7 @@ def _check_loaded(load: _Load, config: dict[str, Any], tensors: dict[str, Any]) 
     limits = _limits_for(load.expected, mapped=load.mapped, peft_helper=load.peft_helper,
                          server=load.server)
     key = read_key(config, tensors, load.vocab)
-    if _CLEAN.clean(key, limits) and engine_files_clean(load.lora_dir) and not _lexists(
-            join_name(os.fspath(load.lora_dir), ADDED_TOKENS_NAME)):
+    if _CLEAN.clean(key, limits, load.lora_dir):
         return
     subject = _subject(load.lora_dir)
     if not _VLLM_KEYS.isdisjoint(config):
