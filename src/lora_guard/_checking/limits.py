@@ -29,7 +29,8 @@ ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-fr
                 "bias-by-tensors", "moe-expert-ranks", "moe-rslora-alpha-r",
                 "indexed-shared-overwrites", "indexed-shared-refused", "peft-0.14-config",
                 "target-modules-by-name", "saved-embeddings-refused", "slots-in-every-layer",
-                "embeddings-by-architecture", "stacked-from-first")
+                "embeddings-by-architecture", "stacked-from-first", "peft-type-any-case",
+                "peft-type-unread")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:
@@ -176,7 +177,10 @@ class ServingLimits:
     lmdeploy, LG103), ``embeddings-by-architecture`` (LoRA on ``embed_tokens`` / ``lm_head``
     only where the base's model class serves it, by ``architectures``: vLLM, LG104),
     ``stacked-from-first`` (q/k/v stacked from q_proj, which needs v_proj; gate/up from
-    gate_proj: k_proj, v_proj or up_proj without it are refused, sglang, LG104)."""
+    gate_proj: k_proj, v_proj or up_proj without it are refused, sglang, LG104),
+    ``peft-type-any-case`` (``peft_type`` LoRA's in any case, ``lora``: sglang, LG117),
+    ``peft-type-unread`` (``peft_type`` not read: any spelling of LoRA's serves, vLLM; without
+    either, only ``LORA`` as PEFT writes it)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 

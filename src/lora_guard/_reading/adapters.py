@@ -61,6 +61,7 @@ from lora_guard._reading.malformed import (
     Malformed,
     NotLoRA,
     malformed_violation,
+    other_method,
 )
 from lora_guard._reading.moe import MoELayout
 from lora_guard._reading.safetensors import (
@@ -86,6 +87,7 @@ __all__ = [
     "is_adapter_dir",
     "join_name",
     "load_spec",
+    "other_method",
     "build_spec",
     "checked_config",
     "init_method",

@@ -23,6 +23,7 @@ from lora_guard._reading.malformed import (
     MAX_CONFIG_BYTES,
     Malformed,
     NotLoRA,
+    other_method,
 )
 from lora_guard._reading.safetensors import (
     DuplicateKey,
@@ -203,9 +204,8 @@ def checked_config(config: dict[str, Any],
                    defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A parsed config with the loader's defaults filled in, checked for LoRA's fields
     (`NotLoRA` for another PEFT method)."""
-    peft_type = config.get("peft_type", "LORA")
-    if peft_type != "LORA":
-        raise NotLoRA(peft_type)
+    if other_method(config.get("peft_type")):  # LoRA's spellings: the engine's rule (LG117)
+        raise NotLoRA(config["peft_type"])
     if defaults:
         config = {**defaults, **config}
     _validate_config(config)
@@ -439,7 +439,7 @@ def pattern_value(pattern: Mapping[str, Any], module: str) -> Any:
 
 _FEATURE_FIELDS = ("use_dora", "lora_bias", "modules_to_save", "alora_invocation_tokens",
                    "layer_replication", "use_qalora", "use_bdlora", "trainable_token_indices",
-                   "bias", "peft_type")
+                   "bias")
 """The config fields `_features` reads."""
 
 
@@ -458,8 +458,6 @@ def _features(frozen: FrozenConfig, extra: Mapping[str, str],
         found["modules_to_save"] = config.get("modules_to_save")
     if config.get("trainable_token_indices") is not None or "trainable_tokens" in kinds:
         found["trainable_tokens"] = config.get("trainable_token_indices")
-    if config.get("peft_type", "LORA") != "LORA":
-        found["peft_type"] = config.get("peft_type")
     for name in ("alora", "layer_replication", "qalora", "bdlora"):
         value = config.get(FEATURES[name])
         if value:

@@ -38,14 +38,28 @@ class Malformed(Exception):
         super().__init__(f"{file}: {problem}")
 
 
+def other_method(peft_type: object) -> bool:
+    """Whether a config's ``peft_type`` names a PEFT method other than LoRA (``"LOHA"``,
+    ``"IA3"``, any other word): only a string that is not LoRA in some spelling. How each
+    engine reads LoRA's own spellings (``"lora"``, ``"LORA "``, null, a missing field) is its
+    profile's to say (LG117's engine rules), not the reader's.
+
+    Example:
+        >>> [other_method(v) for v in ("IA3", "LORA", "lora", " Lora ", None, 5)]
+        [True, False, False, False, False, False]
+    """
+    return isinstance(peft_type, str) and peft_type.strip().casefold() != "lora"
+
+
 class NotLoRA(Malformed):
-    """An adapter of another PEFT method (LoHa, IA3, ...): LG117, not a LoRA to check."""
+    """An adapter of another PEFT method (LoHa, IA3, ...): LG117, not a LoRA to check
+    (`other_method`)."""
 
     code = "LG117"
 
     def __init__(self, peft_type: object) -> None:
         text = str(peft_type)
-        method = PEFT_METHODS.get(text, text)
+        method = PEFT_METHODS.get(text.strip().upper(), text)
         super().__init__(CONFIG_NAME, f"peft_type {text!r} is {method}, not LoRA",
                          kind="method", method=method, peft_type=text)
 

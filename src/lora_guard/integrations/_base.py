@@ -48,6 +48,7 @@ from .._reading.adapters import (
     checked_config,
     load_spec,
     malformed_violation,
+    other_method,
     read_config,
 )
 from .._reading.bounded import Bounded
@@ -537,8 +538,9 @@ def local_adapter(
     tensor data) for `spec_violations`, or None with an LG108 when the folder cannot be read
     safely. None and no violation where the library should speak for itself: a path that is
     not a local folder (a Hub id), a folder without ``adapter_config.json``, or, with
-    ``lora_only``, a PEFT type other than LoRA. Weight files other than safetensors (a
-    pickle ``.bin`` the library opens itself) give a spec of the config alone.
+    ``lora_only``, a ``peft_type`` naming another method (the reader's `NotLoRA`; LoRA's own
+    in a spelling the library does not read is the profile's LG117). Weight files other than
+    safetensors (a pickle ``.bin`` the library opens itself) give a spec of the config alone.
 
     Example:
         >>> from lora_guard.integrations._base import local_adapter
@@ -555,19 +557,17 @@ def local_adapter(
         if lora_only and _not_lora(path):
             return None, []  # another PEFT type's config need not read as LoRA's
         return None, [malformed_violation(subject, exc)]
-    if lora_only and spec.config.get("peft_type", "LORA") != "LORA":
-        return None, []
     return spec, []
 
 
 def _not_lora(path: str | os.PathLike[str]) -> bool:
-    """Whether the folder's config is another PEFT type's (read again only for a config
+    """Whether the folder's config names another PEFT method (read again only for a config
     that did not read as a LoRA adapter's: a valid one is read once)."""
     try:
         config, _ = read_config(path)
     except Malformed:
         return False
-    return bool(config.get("peft_type", "LORA") != "LORA")
+    return other_method(config.get("peft_type"))
 
 
 def loaded_adapter(

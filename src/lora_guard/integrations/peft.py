@@ -49,7 +49,7 @@ from .._checking.invariants import settled_codes
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
-from .._reading.adapters import FEATURES, AdapterSpec
+from .._reading.adapters import FEATURES, AdapterSpec, other_method
 from .._reading.bounded import Bounded
 from .._reading.grammar import LAYER_INDEX as _LAYER
 from ._base import (
@@ -499,7 +499,7 @@ def _read_violations(read: _SwapRead) -> list[Violation]:
     if read.config is None or read.weights is None:
         spec, found = local_adapter(read.folder, read.subject, lora_only=True,
                                     config_defaults=PEFT_CONFIG_DEFAULTS)
-    elif read.config.get("peft_type", "LORA") != "LORA":
+    elif other_method(read.config.get("peft_type")):
         return []  # another PEFT method: PEFT speaks for itself
     else:
         return _loaded_violations(read.folder, read.config, read.weights, read.subject)

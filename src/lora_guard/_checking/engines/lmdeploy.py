@@ -69,6 +69,10 @@ def _lmdeploy_build(options: Mapping[str, Any], release: EngineProfile) -> dict[
 
 
 _LMDEPLOY_RULES = (
+    Rule("LG117", "configs are read by PeftConfig.from_pretrained of the pinned peft 0.14: "
+         "only peft_type 'LORA' loads; 'lora', 'LORA ' with a space, null fail (KeyError), a "
+         "missing field reads a bare PeftConfig that LoRA's fields do not fit (TypeError)",
+         f"{_PATCH}; peft/config.py:PeftConfigMixin.from_peft_type (peft 0.14.0)"),
     Rule("LG110", "no count rule and no rank cap: the adapters are fixed at start-up and "
          "each module's buffers hold the sum of their ranks; there is no dynamic load",
          f"{_PATCH}; lmdeploy/pytorch/engine/model_agent/agent.py:BaseModelAgent._build_model"),

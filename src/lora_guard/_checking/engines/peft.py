@@ -11,6 +11,11 @@ from lora_guard._reading.adapters import FEATURES
 __all__ = ["ENGINE"]
 
 _PEFT_RULES = (
+    Rule("LG117", "peft_type is looked up in PEFT_TYPE_TO_CONFIG_MAPPING: only 'LORA' loads "
+         "as LoRA; 'lora', 'LORA ' with a space, null fail (KeyError), and so does a missing "
+         "field (PeftConfig._get_peft_type: KeyError 'peft_type')",
+         "peft/config.py:PeftConfigMixin._get_peft_type, PeftConfigMixin.from_peft_type; "
+         "peft/peft_model.py:PeftModel.from_pretrained"),
     Rule("LG105", "every LoRA feature PEFT saves it loads back (DoRA, biases, modules_to_save, "
          "trainable tokens, aLoRA, layer replication; added tokens with the embeddings saved "
          "by save_embedding_layers, once the base is resized to the adapter's tokenizer)",

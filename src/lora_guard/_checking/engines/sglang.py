@@ -76,6 +76,10 @@ def _sglang_build(options: Mapping[str, Any], release: EngineProfile) -> dict[st
 
 
 _SGLANG_RULES = (
+    Rule("LG117", "peft_type must be a string whose lower case is 'lora' (an assert): 'lora' "
+         "and 'Lora' load the same weights as 'LORA'; 'LORA ' with a space, null or a missing "
+         "field fail the load", "sglang/srt/lora/lora.py:LoRAAdapter.__init__",
+         uses=("peft-type-any-case",)),
     Rule("LG101", "r at most --max-lora-rank (default: the largest r of --lora-paths); sglang "
          "checks r only: a larger rank_pattern value loads and overflows the pool's rank",
          "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.can_support", engine_refuses=False),

@@ -183,6 +183,13 @@ def _vllm_build(options: Mapping[str, Any], release: EngineProfile) -> dict[str,
 
 _VLLM_FEATURES_SOURCE = "vllm/lora/peft_helper.py:PEFTHelper._validate_features"
 _VLLM_RULES = (
+    Rule("LG117", "peft_type is not read: LoRA's in any spelling ('lora', 'LORA ' with a "
+         "space, null, a missing field) loads the same weights as 'LORA' and serves; a name "
+         "of another method stays LG117 (its weights are not LoRA's). Only the optional "
+         "filesystem resolver plugin (VLLM_LORA_RESOLVER_CACHE_DIR) looks for 'LORA' exactly",
+         "vllm/lora/peft_helper.py:PEFTHelper.from_local_dir, PEFTHelper.from_dict; "
+         "vllm/plugins/lora_resolvers/filesystem_resolver.py:FilesystemResolver.resolve_lora",
+         uses=("peft-type-unread",)),
     Rule("LG101", "r and every rank_pattern value at most --max-lora-rank (default 16); the flag "
          "takes only 1, 8, 16, 32, 64, 128, 256, 320, 512",
          "vllm/lora/peft_helper.py:PEFTHelper.validate_legal", since="0.32.0"),
