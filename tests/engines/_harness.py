@@ -113,11 +113,17 @@ def edit_weights(path: Path, edit: Callable[[dict[str, torch.Tensor]], None]) ->
     return path
 
 
+DROP = object()
+"""An `edit_config` value that removes the field."""
+
+
 def edit_config(path: Path, **changes: Any) -> Path:
-    """Rewrite fields of an adapter's ``adapter_config.json``."""
+    """Rewrite fields of an adapter's ``adapter_config.json`` (`DROP` removes one)."""
     file = path / "adapter_config.json"
     config = json.loads(file.read_text())
-    config.update(changes)
+    config.update({k: v for k, v in changes.items() if v is not DROP})
+    for key in [k for k, v in changes.items() if v is DROP]:
+        config.pop(key, None)
     file.write_text(json.dumps(config))
     return path
 

@@ -17,6 +17,8 @@ from typing import Any
 import _harness as h
 import torch
 
+DROP = h.DROP
+"""A config value that removes its key (`Case.config`)."""
 ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PREFIX = "base_model.model.model.layers"
 
@@ -184,6 +186,12 @@ CASES: list[Case] = [
          dict(target_modules=["up_proj", "down_proj"])),
     Case("targets-null", "target_modules null in the config (hand-written, converted)",
          config=dict(target_modules=None)),
+    # --- peft_type as hand-written or converted configs spell it (vLLM does not read it,
+    # sglang takes any case of "lora", lmdeploy's pinned PEFT only "LORA") -----------------
+    Case("peft-type-lower", 'peft_type "lora"', config=dict(peft_type="lora")),
+    Case("peft-type-padded", 'peft_type "LORA " (a trailing space)',
+         config=dict(peft_type="LORA ")),
+    Case("peft-type-missing", "no peft_type in the config", config=dict(peft_type=DROP)),
     # --- another base, broken tensors ------------------------------------------------------
     Case("other-base-hidden", "trained on a base of hidden size 128", base=_bigger_base),
     Case("other-base-vocab", "embedding LoRA trained on a vocab of 256",
