@@ -76,11 +76,40 @@ def test_vllm_refuses_lora_on_the_embeddings_of_a_qwen2_base(
     llama_base = _base_config(llama(), tmp_path / "llama-base")
     assert lg.check_adapters([on_llama], lg.ServingLimits.for_engine(
         "vllm==0.34.0", base_config=llama_base)).ok
-    # without the base's config the architecture is unknown: no verdict; before 0.34 unmodelled
+    # without the base's config the architecture is unknown: no verdict
     unknown = lg.check_adapters([folder], lg.ServingLimits.for_engine("vllm==0.34.0"))
     assert "LG104" not in unknown.codes()
-    assert lg.check_adapters([folder], lg.ServingLimits.for_engine(
-        "vllm==0.33.0", base_config=qwen2)).ok
+    for release in ("0.29.0", "0.31.0", "0.33.0"):  # Qwen2 serves none on every release
+        assert lg.check_adapters([folder], lg.ServingLimits.for_engine(
+            f"vllm=={release}", base_config=qwen2)).codes() == ["LG104"]
+
+
+def test_each_vllm_release_judges_embedding_lora_by_its_own_models(
+        tmp_path: pathlib.Path) -> None:
+    """vLLM's model classes change what embeddings they serve LoRA on between releases
+    (tools/gen_vllm_embedding_lora.py read each release's registry): Gemma serves
+    embed_tokens from 0.34.0 only (the real vLLM 0.31.0 refuses it: the engine tier's
+    test_embedding_lora_on_gemma_is_judged_by_the_releases_own_table)."""
+    import torch
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    torch.manual_seed(0)
+    gemma = GemmaForCausalLM(GemmaConfig(**{**TINY_LLAMA, "head_dim": 16}))
+    base = _base_config(gemma, tmp_path / "gemma")
+    folder = save(gemma, LoraConfig(r=8, target_modules=["q_proj", "v_proj", "embed_tokens"]),
+                  tmp_path / "a")
+
+    def codes(release: str) -> list[str]:
+        return lg.check_adapters([folder], lg.ServingLimits.for_engine(
+            f"vllm=={release}", base_config=base)).codes()
+
+    assert codes("0.34.0") == []
+    for release in ("0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"):
+        assert codes(release) == ["LG104"], release
+    report = lg.check_adapters([folder], lg.ServingLimits.for_engine(
+        "vllm==0.31.0", base_config=base))
+    assert "vllm==0.31.0 serves LoRA on the embeddings of GemmaForCausalLM only on: none" in (
+        messages(report))
 
 
 @pytest.mark.parametrize(("targets", "present", "missing"), [

@@ -1,32 +1,46 @@
-"""Print the table of which embeddings vLLM serves LoRA on, per architecture, for
-``src/lora_guard/_checking/engines/vllm.py`` (``_EMBEDDING_LORA``).
+"""Write the table of which embeddings vLLM serves LoRA on, per architecture and release range:
+``src/lora_guard/_checking/engines/vllm_embeddings.py``.
 
 vLLM applies LoRA to ``embed_tokens`` / ``lm_head`` only where the model class lists them in its
 ``embedding_modules`` (``vllm/lora/utils.py:get_supported_lora_modules``); on any other
 ``SupportsLoRA`` class an adapter with LoRA on them is refused at load ("expected target modules
-in {...}"). Every architecture of vLLM's registry that imports here is loaded and read.
+in {...}"). Every architecture of a release's registry that imports here is loaded and read;
+one that does not import (a missing optional dependency) gets no entry for that release, so no
+verdict. Classes change between releases (GemmaForCausalLM serves embed_tokens from 0.34.0 only;
+GLM, Jais2, Mellum serve lm_head until 0.32.0), so each release is read in its own environment
+and the table keeps, per architecture, the release ranges of each answer.
 
-Run in the engine environment (vLLM installed, on a CPU):
-    VLLM_TARGET_DEVICE=cpu PYTHONPATH=src python tools/gen_vllm_embedding_lora.py
+    # in each release's environment (vLLM installed, on a CPU):
+    VLLM_TARGET_DEVICE=cpu PYTHONPATH=src python tools/gen_vllm_embedding_lora.py read OUT.json
+    # then, anywhere: the module from every release read
+    python tools/gen_vllm_embedding_lora.py write OUT-0.29.0.json ... OUT-0.34.0.json
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import pathlib
+import sys
 
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MODULE = ROOT / "src" / "lora_guard" / "_checking" / "engines" / "vllm_embeddings.py"
 
-from lora_guard._frontends._verify_cpu import cpu_shims, vllm_cpu_platform
 
+def read(out: pathlib.Path) -> None:
+    """The installed vLLM's table, as JSON: ``{"version", "served": {arch: [embeddings]}}``."""
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    sys.path.insert(0, str(ROOT / "src"))
+    from lora_guard._frontends._verify_cpu import cpu_shims, vllm_cpu_platform
 
-def main() -> None:
     cpu_shims()
     vllm_cpu_platform()
     import vllm
     from vllm.model_executor.models.interfaces import supports_lora
     from vllm.model_executor.models.registry import ModelRegistry
 
-    groups: dict[tuple[str, ...], list[str]] = {}
+    served: dict[str, list[str]] = {}
     for arch in sorted(ModelRegistry.get_supported_archs()):
         try:
             cls = ModelRegistry._try_load_model_cls(arch)
@@ -34,22 +48,93 @@ def main() -> None:
             continue
         if cls is None or not supports_lora(cls):
             continue
-        served = tuple(sorted(getattr(cls, "embedding_modules", None) or {}))
-        groups.setdefault(served, []).append(arch)
-    print(f"# vLLM {vllm.__version__}: tools/gen_vllm_embedding_lora.py")
-    print("_EMBEDDING_LORA_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (")
-    for served, archs in sorted(groups.items()):
-        print(f"    ({served!r}, (")
+        served[arch] = sorted(getattr(cls, "embedding_modules", None) or {})
+    out.write_text(json.dumps({"version": vllm.__version__, "served": served}, indent=0))
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("+")[0].split(".")[:3])
+
+
+def ranges(tables: dict[str, dict[str, list[str]]]) -> list[tuple[tuple[str, ...], str,
+                                                                 str | None, str]]:
+    """(served, since, until, arch) for each run of releases an architecture answers the
+    same in; ``until`` the first release read that answers otherwise or lacks it."""
+    releases = sorted(tables, key=_key)
+    found = []
+    for arch in sorted({a for t in tables.values() for a in t}):
+        run: tuple[tuple[str, ...], str] | None = None
+        for release in releases:
+            now = tables[release].get(arch)
+            value = None if now is None else tuple(now)
+            if run is not None and run[0] != value:
+                found.append((run[0], run[1], release, arch))
+                run = None
+            if run is None and value is not None:
+                run = (value, release)
+        if run is not None:
+            found.append((run[0], run[1], None, arch))
+    return found
+
+
+def write(files: list[pathlib.Path]) -> str:
+    tables = {}
+    for file in files:
+        data = json.loads(file.read_text())
+        tables[data["version"]] = data["served"]
+    releases = sorted(tables, key=_key)
+    groups: dict[tuple[tuple[str, ...], str, str | None], list[str]] = {}
+    for served, since, until, arch in ranges(tables):
+        groups.setdefault((served, since, until), []).append(arch)
+    lines = [
+        '"""Which embeddings each architecture\'s vLLM model class serves LoRA on, per release '
+        'range\n(its ``embedding_modules``; ``vllm/lora/utils.py:get_supported_lora_modules``).',
+        "",
+        "Generated by ``tools/gen_vllm_embedding_lora.py`` from vLLM's own registry of each "
+        "release in\n`READ`: do not edit by hand, read the releases again and write it.\n"
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        f"READ = {tuple(releases)!r}",
+        '"""The releases whose registry was read; `GROUPS` says nothing of another."""',
+        "",
+        "GROUPS: tuple[tuple[tuple[str, ...], str, str | None, tuple[str, ...]], ...] = (",
+    ]
+
+    def order(item: tuple[tuple[tuple[str, ...], str, str | None], list[str]]) -> tuple[
+            object, ...]:
+        (served, since, until), _ = item
+        return (served, _key(since), _key(until) if until else (999,))
+
+    for (served, since, until), archs in sorted(groups.items(), key=order):
+        lines.append(f"    ({served!r}, {since!r}, {until!r}, (")
         line = "       "
         for arch in archs:
             item = f" {arch!r},"
             if len(line) + len(item) > 98:
-                print(line)
+                lines.append(line)
                 line = "       "
             line += item
-        print(line)
-        print("    )),")
-    print(")")
+        lines += [line, "    )),"]
+    lines += [")",
+              '"""(embeddings served, first release, first release without it or None, '
+              'architectures)."""', ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("read").add_argument("out", type=pathlib.Path)
+    sub.add_parser("write").add_argument("files", type=pathlib.Path, nargs="+")
+    args = parser.parse_args()
+    if args.command == "read":
+        read(args.out)
+    else:
+        MODULE.write_text(write(args.files), encoding="utf-8")
+        print(f"wrote {MODULE.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

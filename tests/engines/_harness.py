@@ -268,9 +268,12 @@ _VLLM_DIST: list[bool] = []
 
 
 def vllm_server(base_dir: Path, *, max_lora_rank: int = 16, max_loras: int = 2,
-                max_cpu_loras: int | None = None, dtype: str = "float32") -> Any:
-    """A real vLLM ``LRUCacheWorkerLoRAManager`` (and its model manager) over a tiny Llama;
-    ``dtype`` is the model's (``--dtype``), and ``--lora-dtype`` is auto (the model's)."""
+                max_cpu_loras: int | None = None, dtype: str = "float32",
+                model_class: Any = None) -> Any:
+    """A real vLLM ``LRUCacheWorkerLoRAManager`` (and its model manager) over a tiny Llama
+    (or ``model_class``, vLLM's own class of the base's architecture, built from
+    ``base_dir``'s config); ``dtype`` is the model's (``--dtype``), and ``--lora-dtype`` is
+    auto (the model's)."""
     env = vllm_env()
     lora_config = env.LoRAConfig(max_lora_rank=max_lora_rank, max_loras=max_loras,
                                  max_cpu_loras=max_cpu_loras, lora_dtype=getattr(torch, dtype))
@@ -292,7 +295,7 @@ def vllm_server(base_dir: Path, *, max_lora_rank: int = 16, max_loras: int = 2,
         from vllm.model_executor.models.llama import LlamaForCausalLM
 
         _needs_compiled_cpu_ops(env.version)
-        model = LlamaForCausalLM(vllm_config=config)
+        model = (model_class or LlamaForCausalLM)(vllm_config=config)
         worker = env.worker_manager.LRUCacheWorkerLoRAManager(
             config, torch.device("cpu"), getattr(model, "embedding_modules", {}))
         worker.create_lora_manager(model, config)

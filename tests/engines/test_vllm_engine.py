@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 import _harness as h  # noqa: E402
 
 import lora_guard as lg  # noqa: E402
-from lora_guard._checking.engines import profile  # noqa: E402
+from lora_guard._checking.engines import profile, version_key  # noqa: E402
 from lora_guard.integrations import vllm as vllm_guard  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("vllm")  # one process per engine (see _harness)
@@ -459,3 +459,50 @@ def test_the_profile_flags_are_the_releases_own_names_defaults_and_choices(env):
     lora = {n for n in actions if "lora" in n and not n.startswith(("--no-", "--disable-"))}
     known = {f.name for f in release.flags} | {"--default-mm-loras"}  # named on its page
     assert lora <= known, f"LoRA flags of vLLM {env.version} the profile lacks: {lora - known}"
+
+
+@pytest.mark.lora_guard(allow=("LG104",),
+                         reason="vLLM 0.29 to 0.33 refuse LoRA on Gemma's embed_tokens")
+def test_embedding_lora_on_gemma_is_judged_by_the_releases_own_table(env, tmp_path):
+    # vLLM's GemmaForCausalLM lists embed_tokens in its embedding_modules from 0.34.0 only
+    # (tools/gen_vllm_embedding_lora.py read each release's registry): an adapter that trains
+    # LoRA on Gemma's embeddings (new tokens) loads on 0.34 and is refused by 0.29 to 0.33.
+    from transformers import GemmaConfig
+    from vllm.model_executor.models.gemma import GemmaForCausalLM
+
+    config = GemmaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                         vocab_size=h.VOCAB)
+    config.architectures = ["GemmaForCausalLM"]
+    base = tmp_path / "gemma-base"
+    config.save_pretrained(str(base))
+    adapter = h.peft_adapter(tmp_path / "gemma-embed", base=config,
+                             target_modules=["embed_tokens", "q_proj", "v_proj"])
+    limits = lg.ServingLimits.for_engine(f"vllm=={env.version}", "--max-lora-rank", "16",
+                                         base_config=base / "config.json")
+    checked = lg.check_adapters([adapter], limits).codes()
+
+    said = ""
+    try:  # the engine alone
+        h.vllm_server(base, model_class=GemmaForCausalLM).add_adapter(
+            h.vllm_request("gemma-embed", 1, adapter))
+    except Exception as exc:
+        said = f"{type(exc).__name__}: {exc}"
+    vllm_guard.instrument()
+    try:  # with the guard
+        with lg.recording() as seen:
+            try:
+                h.vllm_server(base, model_class=GemmaForCausalLM).add_adapter(
+                    h.vllm_request("gemma-embed", 1, adapter))
+            except lg.LoRAGuardError:
+                pass
+    finally:
+        vllm_guard.uninstrument()
+
+    served = version_key(env.version) >= (0, 34)
+    assert (said == "") == served, said
+    assert checked == ([] if served else ["LG104"])
+    assert sorted(set(seen.codes)) == checked  # the guard says what the check says
+    if not served:
+        assert "embed_tokens" in said
+        assert "GemmaForCausalLM" in lg.check_adapters([adapter], limits).violations[0].message

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import functools
+import types
 from collections.abc import Mapping
 from typing import Any
 
+from lora_guard._checking.engines import vllm_embeddings
 from lora_guard._checking.engines.spec import (
     Engine,
     EngineOptionError,
@@ -13,9 +16,10 @@ from lora_guard._checking.engines.spec import (
     Flag,
     Rule,
     ServeSpec,
+    in_range,
 )
 
-__all__ = ["EMBEDDINGS", "EMBEDDING_LORA", "ENGINE"]
+__all__ = ["EMBEDDINGS", "ENGINE", "embedding_lora"]
 
 _VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 _VLLM_HEADS = ("classifier", "score")
@@ -62,103 +66,28 @@ _VLLM_FLAGS = (
 )
 
 
-# Which embeddings each architecture's vLLM model class serves LoRA on (its
-# `embedding_modules`; vllm/lora/utils.py:get_supported_lora_modules): LoRA on another
-# embedding of that class is refused at load. Architectures not listed: no verdict.
-# vLLM 0.34.0: tools/gen_vllm_embedding_lora.py
-_EMBEDDING_LORA_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
-    ((), (
-        "AXK1ForCausalLM", "AfmoeForCausalLM", "AliceAIForCausalLM",
-        "AudioFlamingo3ForConditionalGeneration", "BagelForConditionalGeneration",
-        "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM", "BertForSequenceClassification",
-        "BertForTokenClassification", "BertModel", "BertSpladeSparseEmbeddingModel",
-        "BgeM3EmbeddingModel", "Blip2ForConditionalGeneration", "ChatGLMForConditionalGeneration",
-        "ChatGLMModel", "ColPaliForRetrieval", "DeepseekForCausalLM", "DeepseekOCR2ForCausalLM",
-        "DeepseekOCRForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV32ForCausalLM",
-        "DeepseekV3BidirectionalModel", "DeepseekV3ForCausalLM", "DeepseekV41ForCausalLM",
-        "Eagle2_5_VLForConditionalGeneration", "Eagle3DeepseekV2ForCausalLM",
-        "Eagle3DeepseekV3ForCausalLM", "EagleDeepSeekMTPModel", "EagleMistralForCausalLM",
-        "EagleMistralLarge3ForCausalLM", "Ernie4_5_MoeForCausalLM",
-        "Ernie4_5_VLMoeForConditionalGeneration", "GLM4VForCausalLM", "Gemma2ForCausalLM",
-        "Gemma2Model", "Gemma3ForCausalLM", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",
-        "Gemma4UnifiedForConditionalGeneration", "Glm4ForCausalLM", "Glm4MoeForCausalLM",
-        "Glm4MoeLiteForCausalLM", "GlmAsrForConditionalGeneration", "GlmMoeDsaForCausalLM",
-        "GptOssForCausalLM", "GraniteSpeechForConditionalGeneration",
-        "GraniteSpeechPlusForConditionalGeneration", "H2OVLChatModel", "HF_ColBERT",
-        "HYV3ForCausalLM", "HYV4ForCausalLM", "Idefics3ForConditionalGeneration",
-        "InternLM2ForCausalLM", "InternLM2ForRewardModel", "InternVLChatModel",
-        "IsaacForConditionalGeneration", "LagunaForCausalLM", "LongcatFlashForCausalLM",
-        "LongcatFlashNgramForCausalLM", "MiMoForCausalLM", "MiniCPMO", "MiniCPMV",
-        "MiniMaxM2ForCausalLM", "Ministral3ForCausalLM", "MistralForCausalLM",
-        "MistralLarge3ForCausalLM", "ModernBertModel", "Molmo2ForConditionalGeneration",
-        "MolmoForCausalLM", "MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration",
-        "NVLM_D", "OPTForCausalLM", "OlmoHybridForCausalLM", "PaliGemmaForConditionalGeneration",
-        "PanguEmbeddedForCausalLM", "PanguProMoEV2ForCausalLM", "PanguUltraMoEForCausalLM",
-        "Phi4MMForCausalLM", "Plamo3ForCausalLM", "QianfanOCRForConditionalGeneration",
-        "Qwen2ForCausalLM", "Qwen2ForProcessRewardModel", "Qwen2ForRewardModel", "Qwen2Model",
-        "Qwen2MoeForCausalLM", "Qwen3NextForCausalLM", "Rnj1ForCausalLM", "RobertaForMaskedLM",
-        "RobertaForSequenceClassification", "RobertaModel", "SarvamMLAForCausalLM",
-        "SarvamMoEForCausalLM", "SmolVLMForConditionalGeneration", "Step5ForCausalLM",
-        "Step5ForConditionalGeneration", "UltravoxModel", "UnlimitedOCR2TextForCausalLM",
-        "UnlimitedOCRForCausalLM", "VoyageQwen3BidirectionalEmbedModel",
-        "WhisperForConditionalGeneration", "XLMRobertaForSequenceClassification",
-        "XLMRobertaModel",
-    )),
-    (("embed_tokens",), (
-        "ArceeForCausalLM", "AriaForConditionalGeneration", "Cohere2ForCausalLM",
-        "CohereForCausalLM", "CwmForCausalLM", "EagleCohereForCausalLM",
-        "Emu3ForConditionalGeneration", "FlexOlmoForCausalLM", "GPTBigCodeForCausalLM",
-        "GPTNeoXForCausalLM", "GemmaForCausalLM", "GlmForCausalLM", "HunYuanDenseV1ForCausalLM",
-        "HunYuanMoEV1ForCausalLM", "HunYuanVLForConditionalGeneration", "Jais2ForCausalLM",
-        "Kolibri1ForCausalLM", "MellumForCausalLM", "NanbeigeForCausalLM", "Olmo2ForCausalLM",
-        "Olmo3ForCausalLM", "OlmoForCausalLM", "OlmoeForCausalLM", "PhiForCausalLM",
-        "SeedOssForCausalLM", "SmolLM3ForCausalLM", "StableLmForCausalLM",
-        "Starcoder2ForCausalLM", "TransformersEmbeddingModel", "TransformersForCausalLM",
-        "TransformersForMTP", "TransformersForSequenceClassification",
-        "TransformersMoEEmbeddingModel", "TransformersMoEForCausalLM", "TransformersMoEForMTP",
-        "TransformersMoEForSequenceClassification", "TransformersMultiModalEmbeddingModel",
-        "TransformersMultiModalForCausalLM", "TransformersMultiModalForSequenceClassification",
-        "TransformersMultiModalMoEForCausalLM", "VaultGemmaForCausalLM",
-        "VibeVoiceAsrForConditionalGeneration",
-    )),
-    (("embed_tokens", "lm_head"), (
-        "ApertusForCausalLM", "DFlash2DraftModel", "DFlash2RicursiveDraftModel",
-        "DFlashDraftModel", "DFlashMuseGlimmerAssistantModel", "DFlashQwen3XPressModel",
-        "DSparkMiniMaxDraftModel", "DeciLMForCausalLM", "Eagle3LlamaForCausalLM",
-        "Eagle3MiniMaxM2ForCausalLM", "Eagle3Qwen2_5vlForCausalLM", "Eagle3Qwen3ForCausalLM",
-        "Eagle3Qwen3vlForCausalLM", "EagleLlama4ForCausalLM", "EagleLlamaForCausalLM",
-        "EagleMiniCPMForCausalLM", "Ernie4_5ForCausalLM", "Exaone4ForCausalLM",
-        "ExaoneMoEForCausalLM", "ExaoneMoeForCausalLM", "FalconH1ForCausalLM",
-        "Gemma4DSparkModel", "GraniteForCausalLM", "GraniteMoeForCausalLM",
-        "GraniteMoeHybridForCausalLM", "GraniteMoeSWAForCausalLM", "GraniteMoeSharedForCausalLM",
-        "GraniteSWAForCausalLM", "HyperCLOVAXForCausalLM", "IQuestCoderForCausalLM",
-        "InternLM3ForCausalLM", "JambaForCausalLM", "JambaForSequenceClassification",
-        "JinaEmbeddingsV5Model", "K2HorizonForCausalLM", "LLaMAForCausalLM", "Lfm2ForCausalLM",
-        "Lfm2MoeForCausalLM", "Lfm3ForCausalLM", "LiLiCorrDraftModel", "Llama4ForCausalLM",
-        "LlamaBidirectionalForSequenceClassification", "LlamaBidirectionalModel",
-        "LlamaForCausalLM", "LlamaForCausalLMEagle3", "LlamaModel", "MiniCPM3ForCausalLM",
-        "MiniCPMForCausalLM", "MistralModel", "MixtralForCausalLM", "MossAudioModel",
-        "MuseGlimmerAssistantModel", "MuseSparkDSparkModel", "MuseSparkForConditionalGeneration",
-        "NemotronForCausalLM", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
-        "NemotronH_Nano_Omni_Reasoning_V3", "NemotronH_Nano_VL_V2", "NemotronH_Omni_Reasoning_V3",
-        "NemotronH_Super_Omni_Reasoning_V3", "Param2MoEForCausalLM", "Phi3ForCausalLM",
-        "PhiMoEForCausalLM", "Qwen3DSparkModel", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
-        "Qwen3OmniDSparkModel", "Qwen3XPressModel", "SolarForCausalLM", "TeleChat2ForCausalLM",
-        "TeleChat3ForCausalLM", "TeleFLMForCausalLM",
-    )),
-    (("lm_head",), (
-        "InklingForCausalLM", "InklingForConditionalGeneration",
-    )),
-    (("lm_head", "wte"), (
-        "ExaoneForCausalLM",
-    )),
-)
+@functools.cache
+def embedding_lora(version: str) -> Mapping[str, frozenset[str]]:
+    """Architecture (``LlamaForCausalLM``) -> the embeddings (``embed_tokens``, ``lm_head``)
+    vLLM ``version`` serves LoRA on: its model class's ``embedding_modules``
+    (``vllm/lora/utils.py:get_supported_lora_modules``), read from that release's registry
+    (`vllm_embeddings`, generated); LoRA on another embedding of that class is refused at
+    load. An architecture not in the release's table gets no verdict.
 
-EMBEDDING_LORA: dict[str, frozenset[str]] = {
-    arch: frozenset(served) for served, archs in _EMBEDDING_LORA_GROUPS for arch in archs}
-"""Architecture (``LlamaForCausalLM``) -> the embeddings (``embed_tokens``, ``lm_head``) vLLM
-0.34.0 serves LoRA on; `EMBEDDINGS` are the names it may list."""
-EMBEDDINGS = frozenset().union(*EMBEDDING_LORA.values())
+    Example:
+        >>> from lora_guard._checking.engines.vllm import embedding_lora
+        >>> sorted(embedding_lora("0.34.0")["GemmaForCausalLM"])
+        ['embed_tokens']
+        >>> sorted(embedding_lora("0.31.0")["GemmaForCausalLM"])
+        []
+    """
+    return types.MappingProxyType({
+        arch: frozenset(served) for served, since, until, archs in vllm_embeddings.GROUPS
+        if in_range(version, since, until) for arch in archs})
+
+
+EMBEDDINGS = frozenset(name for served, *_ in vllm_embeddings.GROUPS for name in served)
+"""Every embedding a release's table may list (``embed_tokens``, ``lm_head``, ``wte``)."""
 
 
 def _vllm_validate(options: Mapping[str, Any]) -> None:
@@ -236,11 +165,12 @@ _VLLM_RULES = (
          "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint",
          uses=("plain-embeddings-refused",)),
     Rule("LG104", "LoRA on embed_tokens / lm_head loads only on a model class that lists "
-         "them in its embedding_modules (Llama, Qwen3, Phi-3: both; Gemma: embed_tokens; "
-         "Qwen2, Mistral, Gemma 2: neither); elsewhere the load fails: expected target "
-         "modules in {...}",
+         "them in its embedding_modules, read from each release's registry (Llama, Qwen3, "
+         "Phi-3: both; Gemma: embed_tokens from 0.34.0, neither before; GLM, Jais2, Mellum: "
+         "lm_head too before 0.32.0; Qwen2, Mistral, Gemma 2: neither); elsewhere the load "
+         "fails: expected target modules in {...}",
          "vllm/lora/utils.py:get_supported_lora_modules; "
-         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint", since="0.34.0",
+         "vllm/lora/lora_model.py:LoRAModel.from_local_checkpoint",
          uses=("embeddings-by-architecture",)),
     Rule("LG116", "refuses PiSSA, OLoRA, CorDA and LoftQ initialisations that were not "
          "converted to plain LoRA (they rewrote the base weights in training)",

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from lora_guard._checking.engines.vllm import EMBEDDING_LORA, EMBEDDINGS
+from lora_guard._checking.engines.vllm import EMBEDDINGS, embedding_lora
+from lora_guard._checking.engines.vllm import ENGINE as VLLM
 from lora_guard._checking.registry import adapter_check, module_rule
 from lora_guard._checking.rules.context import AdapterContext, ModuleContext, grouped_violations
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, Grouped
@@ -138,10 +139,12 @@ def _embeddings_not_served(ctx: AdapterContext) -> list[Violation]:
     does not list in its ``embedding_modules``, which vLLM refuses at load; no verdict for an
     architecture vLLM's table does not hold."""
     base = ctx.limits.base
-    arch = next((a for a in base.architectures if a in EMBEDDING_LORA), None) if base else None
+    _, _, version = (ctx.limits.engine or "").partition("==")
+    table = embedding_lora(version or VLLM.releases[0])  # the release's own table
+    arch = next((a for a in base.architectures if a in table), None) if base else None
     if arch is None:
         return []
-    served = EMBEDDING_LORA[arch]
+    served = table[arch]
     engine = ctx.limits.engine or "the server"
     hits = {m.target: m.module for m in ctx.spec.modules.values()
             if m.target in EMBEDDINGS and m.target not in served}
