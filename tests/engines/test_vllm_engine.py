@@ -468,7 +468,9 @@ def test_embedding_lora_on_gemma_is_judged_by_the_releases_own_table(env, tmp_pa
     # (tools/gen_vllm_embedding_lora.py read each release's registry): an adapter that trains
     # LoRA on Gemma's embeddings (new tokens) loads on 0.34 and is refused by 0.29 to 0.33.
     from transformers import GemmaConfig
-    from vllm.model_executor.models.gemma import GemmaForCausalLM
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    gemma_class = ModelRegistry._try_load_model_cls("GemmaForCausalLM")  # vLLM's own class
 
     config = GemmaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -484,7 +486,7 @@ def test_embedding_lora_on_gemma_is_judged_by_the_releases_own_table(env, tmp_pa
 
     said = ""
     try:  # the engine alone
-        h.vllm_server(base, model_class=GemmaForCausalLM).add_adapter(
+        h.vllm_server(base, model_class=gemma_class).add_adapter(
             h.vllm_request("gemma-embed", 1, adapter))
     except Exception as exc:
         said = f"{type(exc).__name__}: {exc}"
@@ -492,7 +494,7 @@ def test_embedding_lora_on_gemma_is_judged_by_the_releases_own_table(env, tmp_pa
     try:  # with the guard
         with lg.recording() as seen:
             try:
-                h.vllm_server(base, model_class=GemmaForCausalLM).add_adapter(
+                h.vllm_server(base, model_class=gemma_class).add_adapter(
                     h.vllm_request("gemma-embed", 1, adapter))
             except lg.LoRAGuardError:
                 pass
