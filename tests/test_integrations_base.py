@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -437,7 +438,6 @@ def test_a_weights_file_symlinked_out_of_the_folder_is_refused_though_the_engine
 def _deployed(folder: Path) -> Path:
     """``folder`` as a server finds an adapter deployed earlier: unchanged for longer than a
     file system's coarsest clock (until then its stamp is not kept, every load looks in full)."""
-    import os
     import time
 
     from lora_guard.integrations._base import _SETTLED_NS
@@ -446,6 +446,14 @@ def _deployed(folder: Path) -> Path:
     if wait > 0:
         time.sleep(wait / 1e9 + 0.05)
     return folder
+
+
+def _counted(real: Any, name: str, calls: list[tuple[str, str]]) -> Any:
+    """``os.<name>`` that also writes down each call's path."""
+    def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append((name, os.fspath(path)))
+        return real(path, *args, **kwargs)
+    return call
 
 
 def _remembered(folder: Path) -> tuple[Any, Any, Any]:
@@ -464,15 +472,11 @@ def test_a_remembered_clean_load_costs_one_stat_of_its_folder(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # an adapter loaded again and again (a recipe's adapters, LRU evictions): the file rules
     # and the added_tokens.json look cost one stat of the folder, no look at each file
-    import os
-
     folder = _deployed(write_adapter(tmp_path / "a", rank=8))
     verdicts, key, limits = _remembered(folder)
     calls: list[tuple[str, str]] = []
     for name in ("stat", "lstat", "access", "open"):
-        real = getattr(os, name)
-        monkeypatch.setattr(os, name, lambda path, *a, _n=name, _f=real, **k: (
-            calls.append((_n, os.fspath(path))), _f(path, *a, **k))[1])
+        monkeypatch.setattr(os, name, _counted(getattr(os, name), name, calls))
 
     assert verdicts.clean(key, limits, folder)
     assert calls == [("stat", str(folder))]
@@ -521,14 +525,12 @@ def test_a_remembered_clean_load_is_refused_once_its_folder_is_swapped_for_anoth
     assert not verdicts.clean(key, limits, folder)
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                     reason="gives a file to another user (needs root)")
 def test_a_file_another_user_owns_is_looked_at_every_load_and_refused_once_hard_linked(
         tmp_path: Path) -> None:
     # the weights belong to another account: that account can give the file a second name
     # outside the folder without touching the folder, so no stamp stands for it
-    import os
-
     folder = _deployed(write_adapter(tmp_path / "a", rank=8))
     weights = folder / "adapter_model.safetensors"
     os.chown(weights, 4242, 4242)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 import re
 import warnings
 
@@ -280,7 +281,6 @@ def test_weights_symlinked_out_of_the_folder_are_refused_even_after_a_clean_twin
 def _deployed(folder):
     """An adapter folder as a server finds one deployed earlier: unchanged for longer than a
     file system's coarsest clock (lora_guard keeps no stamp of a folder changed just now)."""
-    import os
     import time
 
     from lora_guard.integrations._base import _SETTLED_NS
@@ -289,6 +289,14 @@ def _deployed(folder):
     if wait > 0:
         time.sleep(wait / 1e9 + 0.05)
     return folder
+
+
+def _counted(real, name, calls):
+    """``os.<name>`` that also writes down each call's path."""
+    def call(path, *args, **kwargs):
+        calls.append((name, os.fspath(path)))
+        return real(path, *args, **kwargs)
+    return call
 
 
 def _reloaded(worker, request, times=3):
@@ -336,17 +344,13 @@ def test_a_load_found_clean_before_costs_one_stat_beyond_what_vllm_does(
         guard, base, tmp_path, monkeypatch):
     # the file rules and the added_tokens.json look of an adapter loaded again: one stat of
     # its folder, the only file-system call lora_guard adds to vLLM's own for that load
-    import os
-
     worker = h.vllm_server(base, max_loras=2, max_cpu_loras=3)
     folder = _deployed(h.peft_adapter(tmp_path / "a", r=8))
     request = h.vllm_request("a", 1, folder)
     _reloaded(worker, request)
     calls: list[tuple[str, str]] = []
     for name in ("stat", "lstat", "access", "open", "listdir", "scandir"):
-        real = getattr(os, name)
-        monkeypatch.setattr(os, name, lambda path, *a, _n=name, _f=real, **k: (
-            calls.append((_n, os.fspath(path))), _f(path, *a, **k))[1])
+        monkeypatch.setattr(os, name, _counted(getattr(os, name), name, calls))
 
     def one_load():
         calls.clear()
