@@ -576,6 +576,8 @@ def loaded_adapter(
     config: Mapping[str, Any],
     tensors: Mapping[str, Any],
     subject: str,
+    *,
+    key: tuple[Any, ...] | None = None,
 ) -> tuple[AdapterSpec | None, list[Violation]]:
     """`local_adapter` of an adapter the library has read already: its config as the library
     parsed it and its tensors (their names, shapes and dtypes), so the checks run on what the
@@ -584,7 +586,8 @@ def loaded_adapter(
     opened once each to hold them to the reader's file rules (no symlink out of the folder,
     no FIFO, no other user's hard link: LG108), unread. The config is checked as the checker
     checks a read one (`checked_config`: LoRA's fields, a finite ``lora_alpha``); what only
-    the file's bytes tell (a duplicate key) is the library's reader's to refuse.
+    the file's bytes tell (a duplicate key) is the library's reader's to refuse. ``key``, the
+    `read_key` of these config and tensors, spares reading each tensor's shape and dtype again.
 
     Example:
         >>> import torch
@@ -598,7 +601,8 @@ def loaded_adapter(
     """
     try:
         checked = FrozenConfig(checked_config(dict(config)))
-        infos = {name: _tensor_info(tensor) for name, tensor in tensors.items()}
+        infos = _tensor_infos(tensors, key[1] if key is not None else tuple(
+            [(name, t.shape, t.dtype) for name, t in tensors.items()]))
         path = pathlib.Path(folder)
         _files_stay_inside(folder)
         spec = build_spec(path, checked, infos, {}, sum(i.nbytes for i in infos.values()),
@@ -614,12 +618,21 @@ _INFOS = Bounded[tuple[Any, Any], TensorInfo](
     "parts (build_spec)")
 
 
-def _tensor_info(tensor: Any) -> TensorInfo:
-    def make() -> TensorInfo:
-        shape = tuple(int(n) for n in tensor.shape)
-        return TensorInfo(shape=shape, dtype=str(tensor.dtype).removeprefix("torch."),
-                          nbytes=math.prod(shape) * tensor.element_size())
-    return _INFOS.get_or_make((tensor.shape, tensor.dtype), make)
+def _tensor_infos(tensors: Mapping[str, Any],
+                  layout: tuple[tuple[str, Any, Any], ...]) -> dict[str, TensorInfo]:
+    """Each tensor's `TensorInfo`, from its (name, shape, dtype) as `read_key` took them; the
+    tensor itself is asked only for a (shape, dtype) not seen before (its element size)."""
+    infos: dict[str, TensorInfo] = {}
+    get = _INFOS.get
+    for name, shape, dtype in layout:
+        info = get((shape, dtype))
+        if info is None:
+            dims = tuple(int(n) for n in shape)
+            info = _INFOS.put((shape, dtype), TensorInfo(
+                shape=dims, dtype=str(dtype).removeprefix("torch."),
+                nbytes=math.prod(dims) * tensors[name].element_size()))
+        infos[name] = info
+    return infos
 
 
 class CleanVerdicts:
