@@ -73,11 +73,12 @@ def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], An
     key = _base.read_key(config, tensors, load.vocab)
     subject = g._subject(load.lora_dir)
     trimmed = {k: v for k, v in config.items() if k not in g._VLLM_KEYS}
-    spec, found = _base.loaded_adapter(load.lora_dir, trimmed, tensors, subject)
-    assert spec is not None and not found
+    spec, found = _base.loaded_adapter(load.lora_dir, trimmed, tensors, subject, key=key)
+    assert spec is not None
+    assert not found
     folder = Path(load.lora_dir)
     checked = FrozenConfig(checked_config(dict(trimmed)))
-    infos = {n: _base._tensor_info(t) for n, t in tensors.items()}
+    infos = _base._tensor_infos(tensors, key[1])
     nbytes = sum(i.nbytes for i in infos.values())
     violations = spec_violations(spec, limits, subject=subject, vocab_size=load.vocab)
 
@@ -92,14 +93,13 @@ def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], An
         ("read_key", "integration", lambda: _base.read_key(config, tensors, load.vocab), None),
         ("CleanVerdicts.clean (a miss)", "integration",
          lambda: g._CLEAN.clean(key, limits, load.lora_dir), g._CLEAN.clear),
-        ("_subject + config copy", "integration", lambda: (g._subject(load.lora_dir), {
-            k: v for k, v in config.items() if k not in g._VLLM_KEYS}), None),
+        ("_subject + config copy", "integration", lambda: (
+            g._subject(load.lora_dir), dict(config).pop("vllm_max_position_embeddings")), None),
         ("loaded_adapter (whole)", "both",
-         lambda: _base.loaded_adapter(load.lora_dir, trimmed, tensors, subject), None),
+         lambda: _base.loaded_adapter(load.lora_dir, trimmed, tensors, subject, key=key), None),
         ("  checked_config + FrozenConfig", "reader",
          lambda: FrozenConfig(checked_config(dict(trimmed))), None),
-        ("  _tensor_info per tensor", "integration",
-         lambda: {n: _base._tensor_info(t) for n, t in tensors.items()}, None),
+        ("  _tensor_infos", "integration", lambda: _base._tensor_infos(tensors, key[1]), None),
         ("  _files_stay_inside", "integration",
          lambda: _base._files_stay_inside(load.lora_dir), None),
         ("  build_spec", "reader", lambda: build_spec(folder, checked, infos, {}, nbytes,
@@ -108,7 +108,7 @@ def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], An
         ("spec_violations", "checker", lambda: spec_violations(
             spec, limits, subject=subject, vocab_size=load.vocab), None),
         ("_packed_names", "integration+checker",
-         lambda: g._packed_names(spec, load.expected, subject, violations), None),
+         lambda: g._packed_names(spec, load.server.served, subject, violations), None),
         ("report([])", "core", lambda: report([]), None),
         ("CleanVerdicts.remember", "integration", lambda: g._CLEAN.remember(key, limits),
          g._CLEAN.clear),
@@ -121,17 +121,14 @@ def measure(calls: int, client: str) -> None:
         parts = _parts(Path(folder))
         cg.cg_start()
         for index, (_name, _side, part, setup) in enumerate(parts):
-            def one() -> None:
-                if setup is not None:
-                    cg.cg_toggle()
-                    setup()
-                    cg.cg_toggle()
-                part()
-            for _ in range(3):
-                one()
-            cg.cg_zero()
-            for _ in range(calls):
-                one()
+            for counted in (3, calls):
+                cg.cg_zero()
+                for _ in range(counted):
+                    if setup is not None:
+                        cg.cg_toggle()  # the set-up is not counted
+                        setup()
+                        cg.cg_toggle()
+                    part()
             cg.cg_dump(f"part{index}".encode())
 
 

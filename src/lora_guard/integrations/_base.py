@@ -621,16 +621,20 @@ _INFOS = Bounded[tuple[Any, Any], TensorInfo](
 def _tensor_infos(tensors: Mapping[str, Any],
                   layout: tuple[tuple[str, Any, Any], ...]) -> dict[str, TensorInfo]:
     """Each tensor's `TensorInfo`, from its (name, shape, dtype) as `read_key` took them; the
-    tensor itself is asked only for a (shape, dtype) not seen before (its element size)."""
+    tensor itself is asked only for a (shape, dtype) not seen before (its element size). An
+    adapter's tensors come in a few shapes: each is looked up once."""
     infos: dict[str, TensorInfo] = {}
-    get = _INFOS.get
+    these: dict[tuple[Any, Any], TensorInfo] = {}
     for name, shape, dtype in layout:
-        info = get((shape, dtype))
+        info = these.get((shape, dtype))
         if info is None:
-            dims = tuple(int(n) for n in shape)
-            info = _INFOS.put((shape, dtype), TensorInfo(
-                shape=dims, dtype=str(dtype).removeprefix("torch."),
-                nbytes=math.prod(dims) * tensors[name].element_size()))
+            info = _INFOS.get((shape, dtype))
+            if info is None:
+                dims = tuple(int(n) for n in shape)
+                info = _INFOS.put((shape, dtype), TensorInfo(
+                    shape=dims, dtype=str(dtype).removeprefix("torch."),
+                    nbytes=math.prod(dims) * tensors[name].element_size()))
+            these[shape, dtype] = info
         infos[name] = info
     return infos
 
