@@ -66,7 +66,7 @@ from lora_guard._reading.moe import MoELayout
 from lora_guard._reading.safetensors import (
     HeaderError,
     TensorInfo,
-    parse_header,
+    header_entries,
 )
 
 __all__ = [
@@ -342,28 +342,34 @@ _RECIPES: Bounded[tuple[bytes, bytes, int], Recipe] = Bounded(
 def _new_recipe(config: FrozenConfig, raw: bytes | None, header: bytes,
                 data_size: int) -> Recipe:
     if data_size < 0:  # no weights file
-        tensors: dict[str, TensorInfo] = {}
+        tensors: Mapping[str, TensorInfo] = {}
         metadata: dict[str, str] = {}
+        entries_key = None
         weights_file = None
     else:
         try:
-            tensors, metadata = parse_header(header, data_size)
+            entries, metadata = header_entries(header, data_size)
         except HeaderError as exc:
             raise Malformed(WEIGHTS_NAME, exc.problem) from None
+        tensors, entries_key = entries.tensors, entries.key
         weights_file = WEIGHTS_NAME
     digest = hashlib.blake2b(digest_size=16)
     for part in (repr(sorted(config.items())).encode() if raw is None else raw, b"\0", header,
                  b"\0", str(data_size).encode()):
         digest.update(part)
-    return recipe_of(config, tensors, metadata, digest.hexdigest(), weights_file)
+    return recipe_of(config, tensors, metadata, digest.hexdigest(), weights_file,
+                     entries_key=entries_key)
 
 
-def recipe_of(config: Mapping[str, Any], tensors: dict[str, TensorInfo],
+def recipe_of(config: Mapping[str, Any], tensors: Mapping[str, TensorInfo],
               metadata: dict[str, str], digest: str,
-              weights_file: str | None = WEIGHTS_NAME) -> Recipe:
-    """The `Recipe` of a parsed config and header (``tensors`` becomes the recipe's)."""
+              weights_file: str | None = WEIGHTS_NAME, *,
+              entries_key: bytes | None = None) -> Recipe:
+    """The `Recipe` of a parsed config and header (``tensors`` becomes the recipe's, never
+    changed: a caller passes a map of its own, or the reader's `Entries`, whose ``key`` is
+    ``entries_key``)."""
     frozen = config if type(config) is FrozenConfig else FrozenConfig(config)
-    parts = parts_of(tensors, frozen)
+    parts = parts_of(tensors, frozen, entries_key)
     return Recipe(digest, frozen, parts, _read_only(metadata),
                   _read_only(_features(frozen, parts.extra)), weights_file)
 
