@@ -330,8 +330,9 @@ def _recipe_of_files(config: tuple[FrozenConfig, bytes | None, int],
     header, data_size, file_size = weights if weights is not None else (b"", -1, 0)
     if raw is None:  # the loader's defaults filled in: not the bytes' config alone
         return _new_recipe(frozen, raw, header, data_size), config_size + file_size
-    return _RECIPES.get_or_make((raw, header, data_size), lambda: _new_recipe(
-        frozen, raw, header, data_size)), config_size + file_size
+    key = (raw, header, data_size)  # (get, else put: no closure on the path of every read)
+    recipe = _RECIPES.get(key) or _RECIPES.put(key, _new_recipe(frozen, raw, header, data_size))
+    return recipe, config_size + file_size
 
 
 _RECIPES: Bounded[tuple[bytes, bytes, int], Recipe] = Bounded(
@@ -370,8 +371,12 @@ def recipe_of(config: Mapping[str, Any], tensors: Mapping[str, TensorInfo],
     ``entries_key``)."""
     frozen = config if type(config) is FrozenConfig else FrozenConfig(config)
     parts = parts_of(tensors, frozen, entries_key)
-    return Recipe(digest, frozen, parts, _read_only(metadata),
-                  _read_only(_features(frozen, parts.extra)), weights_file)
+    return _built_recipe(digest, frozen, parts, _read_only(metadata),
+                         _read_only(_features(frozen, parts.extra)), weights_file)
+
+
+_built_recipe = builder(Recipe)
+"""``Recipe`` of every field in order, from a config and header the reader checked."""
 
 
 def member_spec(folder: pathlib.Path, recipe: Recipe, size: int, *,

@@ -363,7 +363,7 @@ def parts_of(tensors: Mapping[str, TensorInfo], config: FrozenConfig,
     fields = config.fields(PARTS_FIELDS)
     entries = tuple(tensors.items()) if entries_key is None else entries_key
     key = ValueKey((entries, repr(fields)))  # JSON: equal reprs, equal values
-    return _PARTS.get_or_make(key, lambda: _read_parts(tensors, fields, key))
+    return _PARTS.get(key) or _PARTS.put(key, _read_parts(tensors, fields, key))
 
 
 _PARTS: Bounded[ValueKey, Parts] = Bounded(

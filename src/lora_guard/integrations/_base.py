@@ -614,11 +614,14 @@ _INFOS = Bounded[tuple[Any, Any], TensorInfo](
 
 
 def _tensor_info(tensor: Any) -> TensorInfo:
-    def make() -> TensorInfo:
+    key = (tensor.shape, tensor.dtype)  # (get, else put: no closure made per tensor)
+    info = _INFOS.get(key)
+    if info is None:
         shape = tuple(int(n) for n in tensor.shape)
-        return TensorInfo(shape=shape, dtype=str(tensor.dtype).removeprefix("torch."),
-                          nbytes=math.prod(shape) * tensor.element_size())
-    return _INFOS.get_or_make((tensor.shape, tensor.dtype), make)
+        info = _INFOS.put(key, TensorInfo(
+            shape=shape, dtype=str(tensor.dtype).removeprefix("torch."),
+            nbytes=math.prod(shape) * tensor.element_size()))
+    return info
 
 
 class CleanVerdicts:
