@@ -1,8 +1,8 @@
 """A header entry that only looks like one read before is still checked.
 
 The reader remembers the tensor entries it has checked (a fleet of adapters of one recipe
-repeats them) and finds an entry again by its dtype, shape and offsets. ``8.0`` and ``true``
-equal ``8`` and ``1`` as Python values, and ``{}`` or ``""`` hold no dims like ``[]``: each
+repeats them, whatever their metadata) and finds them again by their value. ``8.0`` and
+``true`` equal ``8`` and ``1`` as Python values, and ``{}`` or ``""`` hold no dims like ``[]``: each
 of these lookalikes, read after the good adapter it mimics, must still be refused by name.
 """
 

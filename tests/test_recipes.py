@@ -33,13 +33,13 @@ def test_adapters_with_the_same_bytes_are_one_recipe_read_once(tmp_path: pathlib
     reads = read_recipes(folders)
     recipes = [read.recipe for read in reads if not isinstance(read, Exception)]
     assert len(recipes) == 6
-    assert len(set(recipes)) == 2  # equal by digest: two recipes
+    assert len(set(recipes)) == 2  # equal by their bytes: two recipes
     assert all(isinstance(recipe, Recipe) for recipe in recipes)
-    by_digest: dict[str, list[lg.AdapterSpec]] = {}
+    by_recipe: dict[Recipe, list[lg.AdapterSpec]] = {}
     for read in reads:
         assert not isinstance(read, Exception)
-        by_digest.setdefault(read.recipe.digest, []).append(read.spec)
-    for specs in by_digest.values():  # the members share what the recipe holds
+        by_recipe.setdefault(read.recipe, []).append(read.spec)
+    for specs in by_recipe.values():  # the members share what the recipe holds
         assert all(spec.modules is specs[0].modules for spec in specs)
         assert all(spec.config is specs[0].config for spec in specs)
         assert len({spec.path for spec in specs}) == 3  # each its own folder

@@ -9,7 +9,6 @@ vectors, ``lora_B.bias``, ``modules_to_save`` and saved embedding weights, train
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pathlib
 import stat
@@ -67,7 +66,7 @@ from lora_guard._reading.moe import MoELayout
 from lora_guard._reading.safetensors import (
     HeaderError,
     TensorInfo,
-    parse_header,
+    header_entries,
 )
 
 __all__ = [
@@ -296,7 +295,7 @@ class Recipe:
     whose data sections are the same size): the adapters of a fleet trained from one recipe.
     Parsed and checked once: the specs of its members share its config, tensors and
     modules, and the checker checks what they share once per recipe. Two recipes are equal
-    when their ``digest`` is (blake2b of the bytes).
+    when their ``key`` is (those bytes: no digest to compute, no collision to fear).
 
     Example:
         >>> import tempfile, pathlib
@@ -309,8 +308,10 @@ class Recipe:
         (True, True)
     """
 
-    digest: str
-    """Hex blake2b of the config bytes, the header bytes and the data section's size."""
+    key: tuple[bytes, bytes, int] | tuple[()] = field(repr=False)
+    """The config bytes, the header bytes and the data section's size (-1: no weights file);
+    for a config the loader's defaults filled in, its fields' ``repr`` stands for its bytes;
+    empty for a recipe built from what a caller read (`build_spec`), which no run compares."""
     config: FrozenConfig = field(compare=False, repr=False)
     """The checked config the members share."""
     parts: Parts = field(compare=False, repr=False)
@@ -331,9 +332,11 @@ def _recipe_of_files(config: tuple[FrozenConfig, bytes | None, int],
     frozen, raw, config_size = config
     header, data_size, file_size = weights if weights is not None else (b"", -1, 0)
     if raw is None:  # the loader's defaults filled in: not the bytes' config alone
-        return _new_recipe(frozen, raw, header, data_size), config_size + file_size
-    return _RECIPES.get_or_make((raw, header, data_size), lambda: _new_recipe(
-        frozen, raw, header, data_size)), config_size + file_size
+        key = (repr(sorted(frozen.items())).encode(), header, data_size)
+        return _new_recipe(frozen, key), config_size + file_size
+    key = (raw, header, data_size)  # (get, else put: no closure on the path of every read)
+    recipe = _RECIPES.get(key) or _RECIPES.put(key, _new_recipe(frozen, key))
+    return recipe, config_size + file_size
 
 
 _RECIPES: Bounded[tuple[bytes, bytes, int], Recipe] = Bounded(
@@ -341,33 +344,38 @@ _RECIPES: Bounded[tuple[bytes, bytes, int], Recipe] = Bounded(
     "a few (an adapter of a recipe pushed out is read again, never read wrong)")
 
 
-def _new_recipe(config: FrozenConfig, raw: bytes | None, header: bytes,
-                data_size: int) -> Recipe:
+def _new_recipe(config: FrozenConfig, key: tuple[bytes, bytes, int]) -> Recipe:
+    _, header, data_size = key
     if data_size < 0:  # no weights file
-        tensors: dict[str, TensorInfo] = {}
+        tensors: Mapping[str, TensorInfo] = {}
         metadata: dict[str, str] = {}
+        entries_key = None
         weights_file = None
     else:
         try:
-            tensors, metadata = parse_header(header, data_size)
+            entries, metadata = header_entries(header, data_size)
         except HeaderError as exc:
             raise Malformed(WEIGHTS_NAME, exc.problem) from None
+        tensors, entries_key = entries.tensors, entries.key
         weights_file = WEIGHTS_NAME
-    digest = hashlib.blake2b(digest_size=16)
-    for part in (repr(sorted(config.items())).encode() if raw is None else raw, b"\0", header,
-                 b"\0", str(data_size).encode()):
-        digest.update(part)
-    return recipe_of(config, tensors, metadata, digest.hexdigest(), weights_file)
+    return recipe_of(config, tensors, metadata, key, weights_file, entries_key=entries_key)
 
 
-def recipe_of(config: Mapping[str, Any], tensors: dict[str, TensorInfo],
-              metadata: dict[str, str], digest: str,
-              weights_file: str | None = WEIGHTS_NAME) -> Recipe:
-    """The `Recipe` of a parsed config and header (``tensors`` becomes the recipe's)."""
+def recipe_of(config: Mapping[str, Any], tensors: Mapping[str, TensorInfo],
+              metadata: dict[str, str], key: tuple[bytes, bytes, int] | tuple[()],
+              weights_file: str | None = WEIGHTS_NAME, *,
+              entries_key: bytes | None = None) -> Recipe:
+    """The `Recipe` of a parsed config and header (``tensors`` becomes the recipe's, never
+    changed: a caller passes a map of its own, or the reader's `Entries`, whose ``key`` is
+    ``entries_key``)."""
     frozen = config if type(config) is FrozenConfig else FrozenConfig(config)
-    parts = parts_of(tensors, frozen)
-    return Recipe(digest, frozen, parts, _read_only(metadata),
-                  _read_only(_features(frozen, parts.extra)), weights_file)
+    parts = parts_of(tensors, frozen, entries_key)
+    return _built_recipe(key, frozen, parts, _read_only(metadata),
+                         _read_only(_features(frozen, parts.extra)), weights_file)
+
+
+_built_recipe = builder(Recipe)
+"""``Recipe`` of every field in order, from a config and header the reader checked."""
 
 
 def member_spec(folder: pathlib.Path, recipe: Recipe, size: int, *,
@@ -415,7 +423,7 @@ def build_spec(
 ) -> AdapterSpec:
     """The `AdapterSpec` of a read config and header (local or remote: ``url=``,
     ``transferred=``), with the folder's ``added_tokens.json`` map when it ships one."""
-    recipe = recipe_of(config, dict(tensors), metadata, "", weights_file)
+    recipe = recipe_of(config, dict(tensors), metadata, (), weights_file)
     return member_spec(folder, recipe, size, added_tokens=added_tokens, url=url,
                        transferred=transferred)
 

@@ -351,16 +351,19 @@ PARTS_FIELDS = ("r", "rank_pattern", "alpha_pattern", "target_parameters", "modu
 """The config fields the key grammar reads (`parts_of` is given these alone)."""
 
 
-def parts_of(tensors: dict[str, TensorInfo], config: FrozenConfig) -> Parts:
+def parts_of(tensors: Mapping[str, TensorInfo], config: FrozenConfig,
+             entries_key: bytes | None = None) -> Parts:
     """What a header's tensors say, read by LoRA's key grammar with the config's
-    `PARTS_FIELDS` (``tensors`` is kept, read-only: a caller passes a map of its own).
+    `PARTS_FIELDS` (``tensors`` is kept, read-only: a caller passes a map of its own, or the
+    reader's validated `Entries` with their key, ``entries_key``).
 
     Made once per distinct tensor entries and fields (`_PARTS`): adapters that differ only
     in what the grammar does not read (a config's ``revision``, a header's
     ``__metadata__``) share their parts."""
     fields = config.fields(PARTS_FIELDS)
-    key = ValueKey((tuple(tensors.items()), repr(fields)))  # JSON: equal reprs, equal values
-    return _PARTS.get_or_make(key, lambda: _read_parts(tensors, fields, key))
+    entries = tuple(tensors.items()) if entries_key is None else entries_key
+    key = ValueKey((entries, repr(fields)))  # JSON: equal reprs, equal values
+    return _PARTS.get(key) or _PARTS.put(key, _read_parts(tensors, fields, key))
 
 
 _PARTS: Bounded[ValueKey, Parts] = Bounded(
@@ -368,7 +371,7 @@ _PARTS: Bounded[ValueKey, Parts] = Bounded(
     "reads: adapters of one recipe but for their names and metadata share them")
 
 
-def _read_parts(tensors: dict[str, TensorInfo], config: dict[str, Any],
+def _read_parts(tensors: Mapping[str, TensorInfo], config: dict[str, Any],
                 read_from: ValueKey) -> Parts:
     halves: dict[str, dict[str, str]] = {}
     extra: dict[str, str] = {}

@@ -13,13 +13,14 @@ Entry point for the fuzzers: ``read_safetensors_header(path) -> (tensors, metada
 from __future__ import annotations
 
 import json
+import marshal
 import math
 import os
 import stat
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from lora_guard._core.frozen import builder
 from lora_guard._reading.bounded import Bounded
@@ -31,9 +32,11 @@ __all__ = [
     "DuplicateKey",
     "HeaderError",
     "NonFinite",
+    "Entries",
     "TensorInfo",
     "encode_header",
     "header_bytes_from_fd",
+    "header_entries",
     "header_length",
     "key_count",
     "parse_header",
@@ -268,6 +271,26 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
 
     Returns ``(tensors, metadata)``; raises `HeaderError` naming the first problem.
     """
+    entries, metadata = header_entries(raw, data_size)
+    return dict(entries.tensors), metadata
+
+
+class Entries(NamedTuple):
+    """A header's tensor entries, validated (`tensor_info` of each), shared by the headers
+    whose entries are the same value (`_ENTRIES`): read-only."""
+
+    tensors: Mapping[str, TensorInfo]
+    """Each entry's `TensorInfo`, in the header's order."""
+    end: int
+    """Where the data ends when the entries lie back to back from 0 in the header's order,
+    else -1 (`_check_offsets` sorts them out)."""
+    key: bytes
+    """The entries' exact value (``marshal`` bytes of the parsed JSON, ``__metadata__``
+    left out): equal keys, equal entries, whatever else the headers hold."""
+
+
+def header_entries(raw: bytes, data_size: int) -> tuple[Entries, dict[str, str]]:
+    """`parse_header`, with the entries as the reader shares them (`Entries`)."""
     if not raw.lstrip(_WHITESPACE).startswith(b"{"):  # JSON whitespace, as safetensors reads
         raise HeaderError("header does not start with a JSON object '{'")
     colons = raw.count(b":")
@@ -295,10 +318,10 @@ def parse_header(raw: bytes, data_size: int) -> tuple[dict[str, TensorInfo], dic
     metadata: dict[str, str] = {}
     if "__metadata__" in parsed:
         metadata = _metadata(parsed.pop("__metadata__"))
-    tensors, end = _tensor_infos(parsed)
-    if end != data_size:  # not back to back from 0 to the end: sorted and checked
-        _check_offsets(tensors, data_size)
-    return tensors, metadata
+    entries = _entries(parsed)
+    if entries.end != data_size:  # not back to back from 0 to the end: sorted and checked
+        _check_offsets(entries.tensors, data_size)
+    return entries, metadata
 
 
 def _no_negative_zero(raw: bytes, text: str) -> None:
@@ -341,17 +364,40 @@ _built_info = builder(TensorInfo)
 """``TensorInfo(shape, dtype, nbytes, offsets)`` of checked values, at a third of the cost."""
 
 
-def _tensor_infos(parsed: dict[str, Any]) -> tuple[dict[str, TensorInfo], int]:
+def _entries(parsed: dict[str, Any]) -> Entries:
+    """The `Entries` of a parsed header's entries (``__metadata__`` taken out): validated
+    once per value (`_ENTRIES`, by their ``marshal`` bytes, which
+    tell ``1``, ``1.0`` and ``true`` apart: a value that is not a valid entry never shares
+    the verdict of one that is; equal values may marshal differently, which only misses)."""
+    key = marshal.dumps(parsed)
+    entries = _ENTRIES.get(key)
+    if entries is None:
+        entries = _tensor_infos(parsed, key)
+        if len(key) <= _REMEMBERED_BYTES:
+            _ENTRIES.put(key, entries)
+    return entries
+
+
+def _tensor_infos(parsed: dict[str, Any], key: bytes) -> Entries:
     """Every entry's `TensorInfo` (`tensor_info`), in the header's order, and where the data
-    ends when the entries lie back to back from 0 in that order (-1 otherwise:
-    `_check_offsets` sorts them out)."""
+    ends when the entries lie back to back from 0 in that order (-1 otherwise)."""
     tensors: dict[str, TensorInfo] = {}
     position = 0
     for name, entry in parsed.items():
         info = tensors[name] = tensor_info(name, entry)
         begin, end = info.offsets
         position = end if begin == position else -1
-    return tensors, position
+    return Entries(tensors, position, key)
+
+
+_REMEMBERED_BYTES = 1 << 20
+"""The largest entries `_ENTRIES` keeps, in ``marshal`` bytes (1 MiB: about 8,000 tensors),
+so that its keys hold at most 64 MiB whatever the headers hold (larger entries are validated
+each time they are read, in time linear in their size)."""
+
+_ENTRIES: Bounded[bytes, Entries] = Bounded(
+    64, "validated tensor entries by their exact value (at most 1 MiB each): the "
+    "adapters of one base model, rank and targets repeat them whatever their metadata")
 
 
 def tensor_info(name: str, entry: object) -> TensorInfo:
@@ -388,9 +434,7 @@ def tensor_info(name: str, entry: object) -> TensorInfo:
     size = bits * math.prod(shape)
     if size % 8 or size // 8 != end - begin:
         raise HeaderError(_size_problem(name, code, shape, size, begin, end))
-    key = (code, tuple(shape), begin, end)  # (get, else put: a closure costs a tenth here)
-    return _INFOS.get(key) or _INFOS.put(key, _built_info(
-        key[1], DTYPE_NAMES[code], end - begin, (begin, end)))
+    return _built_info(tuple(shape), DTYPE_NAMES[code], end - begin, (begin, end))
 
 
 def _uints(values: object) -> bool:
@@ -411,11 +455,6 @@ def _size_problem(name: str, code: str, shape: list[int], bits: int, begin: int,
         return f"tensor {name[:200]!r} of {code} {shape} is not a whole number of bytes"
     return (f"tensor {name[:200]!r} of {code} {shape} needs {bits // 8} bytes but its "
             f"data_offsets [{begin}, {end}] hold {end - begin}")
-
-
-_INFOS: Bounded[tuple[str, tuple[int, ...], int, int], TensorInfo] = Bounded(
-    65_536, "tensor entries by dtype code, shape and offsets, once validated: the adapters "
-    "of one base model and rank repeat them whatever else their headers hold")
 
 
 def _check_offsets(tensors: Mapping[str, TensorInfo], data_size: int) -> None:
