@@ -598,7 +598,8 @@ def _cached_fast(original: Callable[..., Any],
     is (a hit costs nothing): the swap-in guard around it, which runs once per adapter
     swapped in, reports that refusal as LG003 with its fix (`_engine_refused_hit`, which
     knows the method by its code). Before, every lookup is checked first."""
-    _CACHE_CODE[:] = [original.__code__]
+    code = getattr(original, "__code__", None)
+    _CACHE_CODE[:] = [] if code is None else [code]
     return original if _engine_checks_hits() else guarded
 
 
