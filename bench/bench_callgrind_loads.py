@@ -9,10 +9,11 @@ bench/bench_callgrind_loads.py peft``. The row is one engine call: PEFT's
 ``hotswap_adapter`` of a 4-layer Llama (r8, two adapters in turn), or sglang's
 ``load_lora_adapter`` of an r8 / r16 adapter (its unload outside the count), 1,000 hits
 of sglang's pinned-weight store, or sglang's ``fetch_new_loras`` swapping one adapter in.
-Four arms in one process, plain (``uninstrument()``), instrumented, plain, instrumented, each after warm-up
-calls; callgrind counts the instructions of the timed calls only (instrumentation starts after
-the set-up; the unload is not collected). Printed: instructions per call of each arm, the
-ratio instrumented / plain of each pair, and the A/A floor (second plain / first plain).
+Four arms in one process, plain (``uninstrument()``), instrumented, plain, instrumented,
+each after warm-up calls; callgrind counts the instructions of the timed calls only
+(instrumentation starts after the set-up; the unload is not collected). Printed:
+instructions per call of each arm, the ratio instrumented / plain of each pair, and the A/A
+floor (second plain / first plain).
 Instruction counts do not depend on the machine's load, so the ratio of a 2 ms path can be
 read to the percent on a shared machine; the clock (``bench_engine_paths.py``) gives the
 time. Needs valgrind and a C compiler with ``valgrind/callgrind.h`` (the client requests that
