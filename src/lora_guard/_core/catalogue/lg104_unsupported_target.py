@@ -23,6 +23,11 @@ ENTRY = entry(
         "vLLM: LoRA on `embed_tokens` / `lm_head` of a base whose vLLM model class does not "
         "serve LoRA on that embedding (Qwen2, Mistral, Gemma 2), by the base config's "
         "`architectures`.",
+        "PEFT (`--engine peft`, the integration): weights of a layer that the config's "
+        "`layers_to_transform` leaves out (its layer index found by `layers_pattern`, or the "
+        "first numbered part of the module's name). PEFT puts no LoRA on that module and "
+        "drops its weights without a word (when it selects no module at all, the load "
+        "fails); a module with no layer index (`lm_head`) is never selected.",
     ),
     situations=(
         "Module prefixes from another architecture (`model.layers` vs `transformer.h`).",
@@ -41,6 +46,9 @@ ENTRY = entry(
         "Retrain without LoRA on embed_tokens / lm_head (target the linear layers; new tokens "
         "need the embeddings merged into the base), or merge the adapter into the base model "
         "and serve the merged model.",
+        "Make layers_to_transform name every layer the weights hold (or set it to null), "
+        "or drop the weights of the layers it leaves out: a config edited after training "
+        "no longer says which layers were trained.",
     ),
     example=(
         "# before: adapter targets o_proj, server serves q_proj,v_proj\n"
@@ -80,10 +88,15 @@ ENTRY = entry(
             "{architecture} only on: {served} (not {target}), and refuses this adapter at "
             "load."
         ),
+        "layer-not-selected": (
+            "{subject}: {module} has LoRA weights, but {engine} puts no LoRA on it "
+            "(layers_to_transform {value} {why}): {outcome}."
+        ),
     },
     raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
-               "integrations.sglang", "integrations.lmdeploy"),
+               "integrations.sglang", "integrations.lmdeploy", "integrations.peft"),
     variant_fixes={"grammar": 1, "saved-embedding": 2, "saved-embedding-any": 2,
                    "shared-experts-overwritten": 1, "shared-experts-refused": 1,
-                   "stack-incomplete": 3, "embedding-architecture": 4},
+                   "stack-incomplete": 3, "embedding-architecture": 4,
+                   "layer-not-selected": 5},
 )
