@@ -31,7 +31,7 @@ the checker on the files report the same codes (the engine tier asserts it adapt
   LG201. An adapter read as one found clean before (same config and tensors, same limits,
   vocabulary and registered checks) is not checked again.
 - ``LoRAManager.validate_new_adapter``: the same checks, for a caller that validates an
-  adapter outside ``load_lora_adapter`` (inside it, the load guard has checked already).
+  adapter outside ``load_lora_adapter`` (inside it, the load guard checks what sglang reads).
 - ``LoRAManager.init_state``: the start-up adapters (``--lora-paths``, loaded inside
   ``LoRAManager.__init__``), each through the same checks as a dynamic load, against
   ``--max-lora-rank`` (or, without it, the rank sglang infers: the largest ``r``) and
