@@ -125,7 +125,7 @@ def test_sglang_serves_the_stacks_it_can_build(tmp_path: pathlib.Path) -> None:
         assert lg.check_adapters([folder], sglang).ok, name
 
 
-# --- PEFT: the layers layers_to_transform selects ---------------------------------------------
+# --- PEFT: the modules the adapter's own config selects ------------------------------------
 
 
 def _trained(folder: pathlib.Path, **lora: object) -> tuple[pathlib.Path, Any]:
@@ -159,25 +159,40 @@ def _with_config(folder: pathlib.Path, **changes: object) -> pathlib.Path:
     return folder
 
 
-def test_peft_drops_the_weights_of_layers_an_edited_layers_to_transform_leaves_out(
-    tmp_path: pathlib.Path,
+@pytest.mark.parametrize(("edit", "dropped", "why"), [
+    ({"layers_to_transform": [0]}, {"model.layers.1.self_attn.q_proj",
+                                    "model.layers.1.self_attn.v_proj"},
+     "layers_to_transform [0] leaves out its layer 1"),
+    ({"target_modules": ["q_proj"]}, {"model.layers.0.self_attn.v_proj",
+                                      "model.layers.1.self_attn.v_proj"},
+     'target_modules ["q_proj"] does not name it'),
+    ({"target_modules": r".*\.q_proj"}, {"model.layers.0.self_attn.v_proj",
+                                         "model.layers.1.self_attn.v_proj"},
+     r'target_modules ".*\\.q_proj" does not match it'),
+    ({"exclude_modules": ["v_proj"]}, {"model.layers.0.self_attn.v_proj",
+                                       "model.layers.1.self_attn.v_proj"},
+     "exclude_modules names it ('v_proj')"),
+    ({"exclude_modules": r"model\.layers\.1\..*"}, {"model.layers.1.self_attn.q_proj",
+                                                     "model.layers.1.self_attn.v_proj"},
+     "exclude_modules \"model\\\\.layers\\\\.1\\\\..*\" matches it"),
+])
+def test_peft_drops_the_weights_of_modules_an_edited_config_does_not_select(
+    tmp_path: pathlib.Path, edit: dict[str, object], dropped: set[str], why: str,
 ) -> None:
     import torch
 
-    # trained on both layers; the config then edited (by hand, by a converter) to layer 0
+    # trained on q/v of both layers; the config then edited (by hand, by a converter)
     folder, trained = _trained(tmp_path / "edited")
-    _with_config(folder, layers_to_transform=[0])
+    _with_config(folder, **edit)
     served = _served_by_peft(folder)
     assert not torch.allclose(served, trained, atol=1e-4)  # PEFT loads it without a word
 
     report = lg.check_adapters([folder], lg.ServingLimits.for_engine("peft"))
 
     assert report.codes() == ["LG104", "LG104"]
-    assert {v.details["module"] for v in report.violations} == {
-        "model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.v_proj"}
-    assert "leaves out its layer 1): its weights are dropped without a word" in messages(
-        report)
-    # vLLM and sglang read no layers_to_transform: they load every weight in the file
+    assert {v.details["module"] for v in report.violations} == dropped
+    assert f"({why}): its weights are dropped without a word" in messages(report)
+    # vLLM reads none of these fields: it loads every weight in the file
     assert lg.check_adapters([folder], lg.ServingLimits.for_engine("vllm")).ok
 
 
@@ -206,3 +221,30 @@ def test_a_layer_selection_that_selects_no_module_fails_peft_and_is_said_so(
 
     assert set(report.codes()) == {"LG104"}
     assert "no module of the adapter is selected and the load fails" in messages(report)
+
+
+def test_what_peft_wraps_inside_a_target_or_by_parameter_is_selected(
+    tmp_path: pathlib.Path,
+) -> None:
+    import torch
+    from peft import get_peft_model
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mha = torch.nn.MultiheadAttention(8, 2)
+            self.lin0 = torch.nn.Linear(8, 8)
+            self.lin1 = torch.nn.Linear(8, 8)
+
+    # MultiheadAttention: PEFT saves its out_proj's LoRA as mha.base_layer.out_proj
+    mha = tmp_path / "mha"
+    get_peft_model(Block(), LoraConfig(r=2, target_modules=["mha"])).save_pretrained(str(mha))
+    # target_parameters: lin1's weight wrapped as a parameter, beside a module target
+    params = tmp_path / "params"
+    get_peft_model(Block(), LoraConfig(r=2, target_modules=["lin0"],
+                                       target_parameters=["lin1.weight"])).save_pretrained(
+        str(params))
+
+    for folder in (mha, params):
+        report = lg.check_adapters([folder], lg.ServingLimits.for_engine("peft"))
+        assert "LG104" not in report.codes(), messages(report)

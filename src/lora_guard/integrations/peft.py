@@ -46,7 +46,7 @@ from typing import Any
 from .._checking.check_adapters import Expected, ServingLimits, spec_violations
 from .._checking.checks import shape_of
 from .._checking.invariants import settled_codes
-from .._checking.invariants.lg104_unsupported_target import layers_not_selected
+from .._checking.invariants.lg104_unsupported_target import not_selected
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
@@ -73,8 +73,8 @@ _IN_LOAD: contextvars.ContextVar[bool] = contextvars.ContextVar("lora_guard_peft
                                                                  default=False)
 _PEFT_SERVES = ServingLimits(allow=frozenset(FEATURES))
 _PEFT_LOADS = ServingLimits(allow=frozenset(FEATURES), engine="PEFT",
-                            engine_rules=("layers-to-transform",))
-"""A load puts LoRA on the layers the config selects (a hot-swap keeps the loaded ones)."""
+                            engine_rules=("peft-selects-modules",))
+"""A load puts LoRA on the modules the config selects (a hot-swap keeps the loaded ones)."""
 # What PEFT's LoraConfig fills in for a field the saved config leaves out: not malformed here.
 PEFT_CONFIG_DEFAULTS: Mapping[str, Any] = {"r": 8, "lora_alpha": 8, "target_modules": None}
 """PEFT implements every config feature (DoRA, biases, modules_to_save, ...): no LG105."""
@@ -246,9 +246,9 @@ def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
         violations += spec_violations(
             spec, _PEFT_LOADS, subject=subject, skip=_LOAD_SETTLED_BY_PEFT,
             module_dims=None if renamed else _module_dims(instance, spec))
-        # LG104 is PEFT's own at a load but for the weights of layers it leaves out, which
-        # it drops without a word
-        violations += layers_not_selected(spec, subject, "PEFT")
+        # LG104 is PEFT's own at a load but for the weights of modules the config does not
+        # select, which it drops without a word
+        violations += not_selected(spec, subject, "PEFT")
         if not renamed:
             violations += layer_violations(instance, spec, subject)
     report(violations)
