@@ -314,7 +314,7 @@ def _check_read(read: _Read, config: Any) -> None:
     limits, vocab = _limits(read.manager), _vocab(read.manager)
     key = read_key(config, read.tensors, vocab)
     if not _CLEAN.clean(key, limits, read.folder):
-        spec, found = loaded_adapter(read.folder, config, read.tensors, read.subject)
+        spec, found = loaded_adapter(read.folder, config, read.tensors, read.subject, key=key)
         if spec is not None:
             found += _spec_violations(spec, limits, vocab, read.subject)
         report(found)
