@@ -12,7 +12,7 @@ import re
 import sys
 import types
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from lora_guard._reading.bounded import Bounded
 from lora_guard._reading.files import (
@@ -86,11 +86,12 @@ class FrozenConfig(Mapping[str, Any]):
     adapters of one `Recipe` share one.
 
     A report keeps every adapter's config, so each is held compactly: its values in a tuple,
-    beside the field names' positions, which the configs of one layout share (`_LAYOUTS`: a
-    fleet's configs have a few layouts, whatever their values); its strings, and those of a
-    list of strings (``target_modules``), are Python's interned copies (`sys.intern`: one
-    copy of each value, kept only while a config holds it). 100,000 adapters that share no
-    bytes keep about 0.6 KB of config each, not 4 KB (see the performance page).
+    beside the field names' positions, which the configs of one layout share (`Layout`, in
+    `_LAYOUTS`: a fleet's configs have a few layouts, whatever their values); its strings,
+    and those of a list of strings (``target_modules``), are Python's interned copies
+    (`sys.intern`: one copy of each value, kept only while a config holds it). 100,000
+    adapters that share no bytes keep about 0.7 KB of config each, not 4.2 KB (see the
+    performance page).
 
     Example:
         >>> from lora_guard._reading.adapters import FrozenConfig
@@ -104,11 +105,19 @@ class FrozenConfig(Mapping[str, Any]):
     __slots__ = ("_fields", "_values")
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        names = tuple(config)
-        self._fields: dict[str, int] = _LAYOUTS.get_or_make(names, lambda: _layout(names))
-        self._values: tuple[Any, ...] = tuple([
-            _intern(value) if type(value) is str else _strings(value)
-            if type(value) is list else value for value in config.values()])
+        names, values = tuple(config), tuple(config.values())
+        layout = _LAYOUTS.get_or_make(names, lambda: _layout(names, values))
+        if layout.texts:
+            shared = list(values)
+            for at in layout.texts:
+                value = shared[at]
+                if type(value) is str:
+                    shared[at] = _intern(value)
+                elif type(value) is list:
+                    shared[at] = _interned_list(value)
+            values = tuple(shared)
+        self._fields: dict[str, int] = layout.fields
+        self._values: tuple[Any, ...] = values
 
     def __getitem__(self, key: str) -> Any:
         return self._values[self._fields[key]]
@@ -137,7 +146,7 @@ class FrozenConfig(Mapping[str, Any]):
 
     def copy(self) -> dict[str, Any]:
         """A plain dict of the fields (a copy the caller may change)."""
-        return dict(zip(self._fields, self._values))
+        return dict(zip(self._fields, self._values, strict=True))
 
     def __or__(self, other: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.copy(), **other}
@@ -146,12 +155,24 @@ class FrozenConfig(Mapping[str, Any]):
 _intern = sys.intern
 
 
-def _layout(names: tuple[str, ...]) -> dict[str, int]:
-    """Each field name's position in the values of a `FrozenConfig` of these names."""
-    return {_intern(name) if type(name) is str else name: at for at, name in enumerate(names)}
+class Layout(NamedTuple):
+    """What the `FrozenConfig` of one sequence of field names shares with the others."""
+
+    fields: dict[str, int]
+    """Each field name (interned) -> its position in the values."""
+    texts: tuple[int, ...]
+    """The positions whose value is a string or a list in the first config of the layout:
+    where the others' strings are interned (a value of another type there is kept as it
+    is; a string elsewhere is kept uninterned: memory, never the value, differs)."""
 
 
-def _strings(value: list[Any]) -> list[Any]:
+def _layout(names: tuple[str, ...], values: tuple[Any, ...]) -> Layout:
+    return Layout({_intern(name) if type(name) is str else name: at
+                   for at, name in enumerate(names)},
+                  tuple(at for at, value in enumerate(values) if type(value) in (str, list)))
+
+
+def _interned_list(value: list[Any]) -> list[Any]:
     """A list of strings as a new list of their interned copies; any other list as it is."""
     for item in value:
         if type(item) is not str:
@@ -159,7 +180,7 @@ def _strings(value: list[Any]) -> list[Any]:
     return [_intern(item) for item in value]
 
 
-_LAYOUTS: Bounded[tuple[str, ...], dict[str, int]] = Bounded(
+_LAYOUTS: Bounded[tuple[str, ...], Layout] = Bounded(
     256, "the field names of configs, in order, with their positions: what the compact "
     "configs of one layout share (a fleet's configs have a few layouts)")
 
