@@ -105,19 +105,19 @@ class FrozenConfig(Mapping[str, Any]):
     __slots__ = ("_fields", "_values")
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        names, values = tuple(config), tuple(config.values())
+        names, values = tuple(config), list(config.values())
         layout = _LAYOUTS.get_or_make(names, lambda: _layout(names, values))
-        if layout.texts:
-            shared = list(values)
-            for at in layout.texts:
-                value = shared[at]
-                if type(value) is str:
-                    shared[at] = _intern(value)
-                elif type(value) is list:
-                    shared[at] = _interned_list(value)
-            values = tuple(shared)
+        for at in layout.texts:
+            value = values[at]
+            if type(value) is str:
+                values[at] = _intern(value)
+            elif type(value) is list:
+                try:
+                    values[at] = list(map(_intern, value))
+                except TypeError:  # an item that is not a string: the list as it is
+                    continue
         self._fields: dict[str, int] = layout.fields
-        self._values: tuple[Any, ...] = values
+        self._values: tuple[Any, ...] = tuple(values)
 
     def __getitem__(self, key: str) -> Any:
         return self._values[self._fields[key]]
@@ -166,18 +166,10 @@ class Layout(NamedTuple):
     is; a string elsewhere is kept uninterned: memory, never the value, differs)."""
 
 
-def _layout(names: tuple[str, ...], values: tuple[Any, ...]) -> Layout:
+def _layout(names: tuple[str, ...], values: list[Any]) -> Layout:
     return Layout({_intern(name) if type(name) is str else name: at
                    for at, name in enumerate(names)},
                   tuple(at for at, value in enumerate(values) if type(value) in (str, list)))
-
-
-def _interned_list(value: list[Any]) -> list[Any]:
-    """A list of strings as a new list of their interned copies; any other list as it is."""
-    for item in value:
-        if type(item) is not str:
-            return value
-    return [_intern(item) for item in value]
 
 
 _LAYOUTS: Bounded[tuple[str, ...], Layout] = Bounded(
