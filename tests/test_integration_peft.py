@@ -540,3 +540,36 @@ def test_an_old_peft_release_is_not_patched_but_warned_about(
         peft_guard.instrument()
     assert peft_guard.INTEGRATION.patched == []
     assert vars(PeftModel)["load_adapter"].__name__ == "load_adapter"
+
+
+def test_loading_an_adapter_whose_layers_to_transform_leaves_out_trained_layers_is_refused(
+    adapters: dict[str, Path], tmp_path: Path,
+) -> None:
+    # trained on every layer; the config edited to layer 0: PEFT alone would drop layer 1
+    edited = with_config(adapters["r4"], tmp_path / "edited", layers_to_transform=[0])
+    model = loaded(adapters["r8"])
+    before = snapshot(model)
+
+    with pytest.raises(lg.AdapterError) as caught:
+        model.load_adapter(edited, adapter_name="edited")
+
+    assert caught.value.code == "LG104"
+    assert "PEFT puts no LoRA on it (layers_to_transform [0] leaves out its layer 1)" in str(
+        caught.value)
+    assert list(model.peft_config) == ["default"]
+    assert_bitwise_equal(before, model)
+
+
+def test_loading_an_adapter_with_a_layer_selection_peft_fails_on_is_refused_first(
+    adapters: dict[str, Path], tmp_path: Path,
+) -> None:
+    edited = with_config(adapters["r4"], tmp_path / "edited", layers_to_transform="0")
+    model = loaded(adapters["r8"])
+    before = snapshot(model)
+
+    with pytest.raises(lg.AdapterError) as caught:  # PEFT alone: a TypeError mid-injection
+        model.load_adapter(edited, adapter_name="edited")
+
+    assert caught.value.code == "LG202"
+    assert list(model.peft_config) == ["default"]
+    assert_bitwise_equal(before, model)

@@ -10,6 +10,7 @@ suffix, fused parts, MoE experts) are in `tests/test_boundaries.py`.
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,128 @@ def test_sglang_serves_the_stacks_it_can_build(tmp_path: pathlib.Path) -> None:
     for name, targets in stacks.items():
         folder = save(llama(), LoraConfig(r=8, target_modules=targets), tmp_path / name)
         assert lg.check_adapters([folder], sglang).ok, name
+
+
+# --- PEFT: the modules the adapter's own config selects ------------------------------------
+
+
+def _trained(folder: pathlib.Path, **lora: object) -> tuple[pathlib.Path, Any]:
+    """A tiny Llama LoRA adapter with trained (non-zero) weights, saved, and the inputs' logits
+    of the model it was saved from."""
+    import torch
+    from peft import get_peft_model
+
+    model = get_peft_model(llama(), LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False,
+        **lora))  # type: ignore[arg-type]
+    model.save_pretrained(str(folder))
+    with torch.no_grad():
+        return folder, model(torch.arange(6).reshape(1, 6)).logits
+
+
+def _served_by_peft(folder: pathlib.Path) -> Any:
+    import torch
+    from peft import PeftModel
+
+    with torch.no_grad():
+        return PeftModel.from_pretrained(llama(), str(folder))(
+            torch.arange(6).reshape(1, 6)).logits
+
+
+def _with_config(folder: pathlib.Path, **changes: object) -> pathlib.Path:
+    import json
+
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**config, **changes}))
+    return folder
+
+
+@pytest.mark.parametrize(("edit", "dropped", "why"), [
+    ({"layers_to_transform": [0]}, {"model.layers.1.self_attn.q_proj",
+                                    "model.layers.1.self_attn.v_proj"},
+     "layers_to_transform [0] leaves out its layer 1"),
+    ({"target_modules": ["q_proj"]}, {"model.layers.0.self_attn.v_proj",
+                                      "model.layers.1.self_attn.v_proj"},
+     'target_modules ["q_proj"] does not name it'),
+    ({"target_modules": r".*\.q_proj"}, {"model.layers.0.self_attn.v_proj",
+                                         "model.layers.1.self_attn.v_proj"},
+     r'target_modules ".*\\.q_proj" does not match it'),
+    ({"exclude_modules": ["v_proj"]}, {"model.layers.0.self_attn.v_proj",
+                                       "model.layers.1.self_attn.v_proj"},
+     "exclude_modules names it ('v_proj')"),
+    ({"exclude_modules": r"model\.layers\.1\..*"}, {"model.layers.1.self_attn.q_proj",
+                                                     "model.layers.1.self_attn.v_proj"},
+     "exclude_modules \"model\\\\.layers\\\\.1\\\\..*\" matches it"),
+])
+def test_peft_drops_the_weights_of_modules_an_edited_config_does_not_select(
+    tmp_path: pathlib.Path, edit: dict[str, object], dropped: set[str], why: str,
+) -> None:
+    import torch
+
+    # trained on q/v of both layers; the config then edited (by hand, by a converter)
+    folder, trained = _trained(tmp_path / "edited")
+    _with_config(folder, **edit)
+    served = _served_by_peft(folder)
+    assert not torch.allclose(served, trained, atol=1e-4)  # PEFT loads it without a word
+
+    report = lg.check_adapters([folder], lg.ServingLimits.for_engine("peft"))
+
+    assert report.codes() == ["LG104", "LG104"]
+    assert {v.details["module"] for v in report.violations} == dropped
+    assert f"({why}): its weights are dropped without a word" in messages(report)
+    # vLLM reads none of these fields: it loads every weight in the file
+    assert lg.check_adapters([folder], lg.ServingLimits.for_engine("vllm")).ok
+
+
+def test_an_adapter_trained_on_some_layers_serves_on_peft_as_trained(
+    tmp_path: pathlib.Path,
+) -> None:
+    import torch
+
+    folder, trained = _trained(tmp_path / "layer0", layers_to_transform=[0])
+    assert torch.allclose(_served_by_peft(folder), trained, atol=1e-5)
+
+    assert lg.check_adapters([folder], lg.ServingLimits.for_engine("peft")).ok
+
+
+def test_a_layer_selection_that_selects_no_module_fails_peft_and_is_said_so(
+    tmp_path: pathlib.Path,
+) -> None:
+    from peft.tuners.tuners_utils import NoMatchingPeftModuleError  # type: ignore[attr-defined]
+
+    folder, _ = _trained(tmp_path / "none")
+    _with_config(folder, layers_to_transform=[5])  # a 2-layer base
+    with pytest.raises((ValueError, NoMatchingPeftModuleError)):
+        _served_by_peft(folder)
+
+    report = lg.check_adapters([folder], lg.ServingLimits.for_engine("peft"))
+
+    assert set(report.codes()) == {"LG104"}
+    assert "no module of the adapter is selected and the load fails" in messages(report)
+
+
+def test_what_peft_wraps_inside_a_target_or_by_parameter_is_selected(
+    tmp_path: pathlib.Path,
+) -> None:
+    import torch
+    from peft import get_peft_model
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mha = torch.nn.MultiheadAttention(8, 2)
+            self.lin0 = torch.nn.Linear(8, 8)
+            self.lin1 = torch.nn.Linear(8, 8)
+
+    # MultiheadAttention: PEFT saves its out_proj's LoRA as mha.base_layer.out_proj
+    mha = tmp_path / "mha"
+    get_peft_model(Block(), LoraConfig(r=2, target_modules=["mha"])).save_pretrained(str(mha))
+    # target_parameters: lin1's weight wrapped as a parameter, beside a module target
+    params = tmp_path / "params"
+    get_peft_model(Block(), LoraConfig(r=2, target_modules=["lin0"],
+                                       target_parameters=["lin1.weight"])).save_pretrained(
+        str(params))
+
+    for folder in (mha, params):
+        report = lg.check_adapters([folder], lg.ServingLimits.for_engine("peft"))
+        assert "LG104" not in report.codes(), messages(report)

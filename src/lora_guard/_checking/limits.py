@@ -29,7 +29,7 @@ ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-fr
                 "bias-by-tensors", "moe-expert-ranks", "moe-rslora-alpha-r",
                 "indexed-shared-overwrites", "indexed-shared-refused", "peft-0.14-config",
                 "target-modules-by-name", "saved-embeddings-refused", "slots-in-every-layer",
-                "embeddings-by-architecture", "stacked-from-first")
+                "embeddings-by-architecture", "stacked-from-first", "peft-selects-modules")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:

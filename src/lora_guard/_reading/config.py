@@ -439,14 +439,17 @@ def _strings(value: object) -> bool:
 
 
 def _list_fields(config: Mapping[str, Any]) -> None:
-    """``target_modules``, ``target_parameters``, ``bias`` and ``modules_to_save``."""
+    """``target_modules``, ``exclude_modules`` (a regex, each safe to match),
+    ``target_parameters``, ``bias`` and ``modules_to_save``."""
     targets = config.get("target_modules")
     if targets is not None and not isinstance(targets, str) and not _strings(targets):
         raise _bad(config, "target_modules", "not a list of module names or a regex string")
-    if isinstance(targets, str):  # PEFT: re.fullmatch(target_modules, every module name)
-        problem = _regex_problem(targets, _MAX_PATTERN_REPEATS + 1)
-        if problem:
-            raise Malformed(CONFIG_NAME, f"target_modules regex {_clip(targets)!r} {problem}")
+    for name in ("target_modules", "exclude_modules"):
+        regex = config.get(name)
+        if isinstance(regex, str):  # PEFT: re.fullmatch(regex, every module name)
+            problem = _regex_problem(regex, _MAX_PATTERN_REPEATS + 1)
+            if problem:
+                raise Malformed(CONFIG_NAME, f"{name} regex {_clip(regex)!r} {problem}")
     parameters = config.get("target_parameters")
     if parameters is not None and not _strings(parameters):
         raise _bad(config, "target_parameters", "not a list of parameter names")

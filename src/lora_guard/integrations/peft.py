@@ -46,6 +46,7 @@ from typing import Any
 from .._checking.check_adapters import Expected, ServingLimits, spec_violations
 from .._checking.checks import shape_of
 from .._checking.invariants import settled_codes
+from .._checking.invariants.lg104_unsupported_target import not_selected
 from .._core.config import report
 from .._core.errors import Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
@@ -71,6 +72,9 @@ _REGISTRIES: weakref.WeakKeyDictionary[Any, LayoutRegistry] = weakref.WeakKeyDic
 _IN_LOAD: contextvars.ContextVar[bool] = contextvars.ContextVar("lora_guard_peft_load",
                                                                  default=False)
 _PEFT_SERVES = ServingLimits(allow=frozenset(FEATURES))
+_PEFT_LOADS = ServingLimits(allow=frozenset(FEATURES), engine="PEFT",
+                            engine_rules=("peft-selects-modules",))
+"""A load puts LoRA on the modules the config selects (a hot-swap keeps the loaded ones)."""
 # What PEFT's LoraConfig fills in for a field the saved config leaves out: not malformed here.
 PEFT_CONFIG_DEFAULTS: Mapping[str, Any] = {"r": 8, "lora_alpha": 8, "target_modules": None}
 """PEFT implements every config feature (DoRA, biases, modules_to_save, ...): no LG105."""
@@ -240,8 +244,11 @@ def _load_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, .
     if spec is not None:
         renamed = kwargs.get("ignore_mismatched_sizes") or kwargs.get("key_mapping")
         violations += spec_violations(
-            spec, _PEFT_SERVES, subject=subject, skip=_LOAD_SETTLED_BY_PEFT,
+            spec, _PEFT_LOADS, subject=subject, skip=_LOAD_SETTLED_BY_PEFT,
             module_dims=None if renamed else _module_dims(instance, spec))
+        # LG104 is PEFT's own at a load but for the weights of modules the config does not
+        # select, which it drops without a word
+        violations += not_selected(spec, subject, "PEFT")
         if not renamed:
             violations += layer_violations(instance, spec, subject)
     report(violations)

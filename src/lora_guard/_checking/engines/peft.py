@@ -21,6 +21,18 @@ _PEFT_RULES = (
          "redoes the (deterministic) init on the base; pissa_niter_N (randomised SVD), CorDA and "
          "LoftQ do not come out the same and stay refused",
          "peft/tuners/lora/layer.py:LoraLayer.update_layer", uses=("init-rerun",)),
+    Rule("LG104", "LoRA goes only on the modules the adapter's config selects "
+         "(target_modules, less exclude_modules and modules_to_save, in the layers "
+         "layers_to_transform selects): the weights of any other module are dropped without "
+         "a word, and a config that selects none fails the load",
+         "peft/tuners/tuners_utils.py:check_target_module_exists", engine_refuses=False,
+         uses=("peft-selects-modules",)),
+    Rule("LG202", "layers_to_transform neither an integer nor a list fails the load "
+         "(TypeError); layers_to_transform or layers_pattern beside a regex string "
+         "target_modules, and layers_pattern without layers_to_transform, are refused",
+         "peft/tuners/lora/config.py:LoraConfig.__post_init__; "
+         "peft/tuners/tuners_utils.py:check_target_module_exists",
+         uses=("peft-selects-modules",)),
 )
 
 

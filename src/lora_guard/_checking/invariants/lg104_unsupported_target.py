@@ -1,7 +1,8 @@
 """LG104's check, the one place LG104 is decided: weight keys outside PEFT's grammar, modules
 the server does not serve (``limits.target_modules``), and full embedding weights saved under
-a name the engine does not read (``plain-embeddings-refused``), and LoRA on an embedding the
-base's model class does not serve (``embeddings-by-architecture``)."""
+a name the engine does not read (``plain-embeddings-refused``), LoRA on an embedding the
+base's model class does not serve (``embeddings-by-architecture``), and weights of a module
+the config does not select (``peft-selects-modules``: PEFT)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from collections.abc import Collection
 from lora_guard._checking.engines.vllm import EMBEDDING_LORA, EMBEDDINGS
 from lora_guard._checking.registry import adapter_check, module_rule
 from lora_guard._checking.rules.context import AdapterContext, ModuleContext, grouped_violations
+from lora_guard._checking.rules.peft_selection import peft_selection
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, Grouped
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
 
-__all__ = ["is_served", "names_not_served", "unsupported_target"]
+__all__ = ["is_served", "names_not_served", "not_selected", "unsupported_target"]
 
 
 def is_served(module: LoRAModuleSpec, served: Collection[str], slices: bool = False) -> bool:
@@ -57,8 +59,9 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     shared = [(rule, variant) for rule, variant in _INDEXED_SHARED if rule in rules]
     embeddings = "embeddings-by-architecture" in rules and ctx.limits.base is not None
     stacked = "stacked-from-first" in rules
+    selects = "peft-selects-modules" in rules
     # most adapters: served modules only
-    if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked):
+    if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked or selects):
         return grouped_violations(ctx, "LG104", "module")
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
              for key in spec.unknown_keys[:MAX_PER_KIND]]
@@ -76,6 +79,8 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
         found += _embeddings_not_served(ctx)
     if stacked:
         found += _stack_incomplete(ctx)
+    if selects:
+        found += not_selected(spec, subject, ctx.limits.engine or "the server")
     return found + grouped_violations(ctx, "LG104", "module")  # modules not served
 
 
@@ -131,6 +136,25 @@ def _stack_incomplete(ctx: AdapterContext) -> list[Violation]:
         if len(found) == MAX_PER_KIND:
             break
     return found
+
+
+def not_selected(spec: AdapterSpec, subject: str, engine: str) -> list[Violation]:
+    """Modules with weights that the config does not select (``target_modules``,
+    ``exclude_modules``, ``modules_to_save``, ``layers_to_transform``): PEFT puts no LoRA on
+    them and drops their weights without a word, or fails the load when it selects none
+    (``check_target_module_exists``); the first `MAX_PER_KIND`. MoE experts (targeted by
+    ``target_parameters``) get no verdict here."""
+    selection = peft_selection(spec.config)
+    if selection is None:
+        return []
+    modules = [m.module for m in spec.modules.values() if m.kind not in ("moe-flat", "moe-packed")]
+    left_out = [(m, why) for m in modules if (why := selection.left_out(m)) is not None]
+    outcome = ("no module of the adapter is selected and the load fails"
+               if len(left_out) == len(spec.modules) else
+               "its weights are dropped without a word")
+    return [make_violation("LG104", "not-selected", subject, module=module, engine=engine,
+                           why=why, outcome=outcome)
+            for module, why in left_out[:MAX_PER_KIND]]
 
 
 def _embeddings_not_served(ctx: AdapterContext) -> list[Violation]:

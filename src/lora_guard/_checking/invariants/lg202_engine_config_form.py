@@ -1,8 +1,9 @@
 """LG202's check of one adapter: a config the engine reads in another form than PEFT wrote
 it: ``target_modules`` saved as a string (a regex) or null where the engine reads a list
 (``target-modules-list``: sglang), any string, null or one module named twice where it unions
-names (``target-modules-by-name``: lmdeploy), and keys the engine's pinned PEFT 0.14 does not know
-(``peft-0.14-config``: lmdeploy)."""
+names (``target-modules-by-name``: lmdeploy), keys the engine's pinned PEFT 0.14 does not know
+(``peft-0.14-config``: lmdeploy), and a layer selection PEFT fails on
+(``peft-selects-modules``: PEFT)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from typing import Any
 from lora_guard._checking.engines.lmdeploy import PEFT_0_14_LORA_KEYS
 from lora_guard._checking.registry import adapter_check
 from lora_guard._checking.rules.context import AdapterContext
+from lora_guard._checking.rules.peft_selection import refused_form
 from lora_guard._checking.rules.shared import PACKED, PART_OF
 from lora_guard._core.errors import Violation, make_violation
 
-_RULES = frozenset(("target-modules-list", "peft-0.14-config", "target-modules-by-name"))
+_RULES = frozenset(("target-modules-list", "peft-0.14-config", "target-modules-by-name",
+                    "peft-selects-modules"))
 
 
 @adapter_check("LG202", position=160)
@@ -43,6 +46,12 @@ def engine_config_form(ctx: AdapterContext) -> list[Violation]:
                                         keys=keys))
     if "target-modules-by-name" in rules:
         found += _targets_by_name(ctx.subject, targets, engine)
+    if "peft-selects-modules" in rules:
+        refused = refused_form(ctx.spec.config)
+        if refused is not None:
+            variant, what = refused
+            shown = {"value" if variant == "layers-form" else "problem": what}
+            found.append(make_violation("LG202", variant, ctx.subject, engine=engine, **shown))
     return found
 
 

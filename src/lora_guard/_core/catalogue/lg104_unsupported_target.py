@@ -23,6 +23,13 @@ ENTRY = entry(
         "vLLM: LoRA on `embed_tokens` / `lm_head` of a base whose vLLM model class does not "
         "serve LoRA on that embedding (Qwen2, Mistral, Gemma 2), by the base config's "
         "`architectures`.",
+        "PEFT (`--engine peft`, the integration): weights of a module the adapter's own "
+        "config does not select: `target_modules` does not name or match it, "
+        "`exclude_modules` or `modules_to_save` names it, or `layers_to_transform` leaves "
+        "out its layer (the index found by `layers_pattern`, or the first numbered part of "
+        "the name; a module without one, `lm_head`, is never selected). PEFT puts no LoRA "
+        "on it and drops its weights without a word; when it selects no module at all, the "
+        "load fails.",
     ),
     situations=(
         "Module prefixes from another architecture (`model.layers` vs `transformer.h`).",
@@ -41,6 +48,10 @@ ENTRY = entry(
         "Retrain without LoRA on embed_tokens / lm_head (target the linear layers; new tokens "
         "need the embeddings merged into the base), or merge the adapter into the base model "
         "and serve the merged model.",
+        "Make the config select every module the weights hold (target_modules naming "
+        "each, exclude_modules and modules_to_save naming none of them, layers_to_transform "
+        "listing each layer or null), or drop the weights it leaves out: a config edited "
+        "after training no longer says what was trained.",
     ),
     example=(
         "# before: adapter targets o_proj, server serves q_proj,v_proj\n"
@@ -80,10 +91,15 @@ ENTRY = entry(
             "{architecture} only on: {served} (not {target}), and refuses this adapter at "
             "load."
         ),
+        "not-selected": (
+            "{subject}: {module} has LoRA weights, but {engine} puts no LoRA on it "
+            "({why}): {outcome}."
+        ),
     },
     raised_by=("lg.check_adapters", "lora-guard check", "integrations.vllm",
-               "integrations.sglang", "integrations.lmdeploy"),
+               "integrations.sglang", "integrations.lmdeploy", "integrations.peft"),
     variant_fixes={"grammar": 1, "saved-embedding": 2, "saved-embedding-any": 2,
                    "shared-experts-overwritten": 1, "shared-experts-refused": 1,
-                   "stack-incomplete": 3, "embedding-architecture": 4},
+                   "stack-incomplete": 3, "embedding-architecture": 4,
+                   "not-selected": 5},
 )

@@ -23,6 +23,11 @@ ENTRY = entry(
         "`trainable_token_indices`...): PEFT 0.14 drops the config to its defaults and the "
         "start-up fails; `target_modules` as any string or null; two `target_modules` entries "
         "naming one module lmdeploy does not pack (`o_proj`, `down_proj`).",
+        "PEFT (`--engine peft`, the integration): `layers_to_transform` that is neither an "
+        "integer nor a list (a string, a float, an object), which fails the load with a "
+        "TypeError; `layers_to_transform` or `layers_pattern` beside a regex string "
+        "`target_modules`, or `layers_pattern` without `layers_to_transform`, which "
+        "`LoraConfig` refuses.",
     ),
     situations=(
         "An adapter trained with a regex `target_modules`, served on sglang.",
@@ -39,6 +44,9 @@ ENTRY = entry(
         "with peft 0.14.",
         "For lmdeploy, give each module once in target_modules, by its leaf name "
         "([\"o_proj\", \"down_proj\"], not one full path per layer).",
+        "Write layers_to_transform as a list of layer indices ([0, 1, 2]) or null, with "
+        "target_modules as a list of module names, and layers_pattern only beside "
+        "layers_to_transform.",
     ),
     example=(
         "# before: adapter_config.json {\"target_modules\": \".*\\\\.(q_proj|v_proj)\"}"
@@ -69,8 +77,18 @@ ENTRY = entry(
             "{engine} reads configs with its pinned peft<=0.14.0, which then drops r, "
             "lora_alpha and target_modules to their defaults, and the start-up fails."
         ),
+        "layers-form": (
+            "{subject}: layers_to_transform is {value}, neither an integer nor a list of "
+            "layer indices; {engine} fails on it when it puts LoRA on the model (TypeError)."
+        ),
+        "layers-refused": (
+            "{subject}: {problem}; {engine}'s LoraConfig refuses the config and the load "
+            "fails."
+        ),
     },
-    variant_fixes={"unknown-keys": 1, "repeated-target": 2},
+    variant_fixes={"unknown-keys": 1, "repeated-target": 2, "layers-form": 3,
+                   "layers-refused": 3},
     raised_by=("integrations.sglang", "lora-guard check --engine sglang",
-               "integrations.lmdeploy", "lora-guard check --engine lmdeploy"),
+               "integrations.lmdeploy", "lora-guard check --engine lmdeploy",
+               "integrations.peft", "lora-guard check --engine peft"),
 )
