@@ -53,7 +53,8 @@ def retained(count: int, distinct: bool) -> float:
             after = tracemalloc.get_traced_memory()[0]
         finally:
             tracemalloc.stop()
-        assert len(report.adapters) == count and report.ok, report.codes()[:5]
+        if len(report.adapters) != count or not report.ok:
+            raise SystemExit(f"the corpus did not check clean: {report.codes()[:5]}")
         return (after - before) / count
 
 
