@@ -1,12 +1,17 @@
 """What lora_guard costs on a load or a swap, counted in instructions (callgrind), not time.
 
-    python bench/bench_callgrind_loads.py peft|sglang-r8|sglang-r16 [--calls N]
+    python bench/bench_callgrind_loads.py ROW [--calls N]
+    (ROW: peft, sglang-r8, sglang-r16, vllm-r8, vllm-r16, vllm-add, vllm-r8-first)
 
 Runs in the engine environment (as ``bench/bench_engine_paths.py``), under valgrind's
 callgrind, e.g. ``PYTHONPATH=src $LORA_GUARD_ENGINES_VENV/bin/python
 bench/bench_callgrind_loads.py peft``. The row is one engine call: PEFT's
 ``hotswap_adapter`` of a 4-layer Llama (r8, two adapters in turn), or sglang's
-``load_lora_adapter`` of an r8 / r16 adapter (its unload outside the count). Four arms in one
+``load_lora_adapter`` of an r8 / r16 adapter (its unload outside the count), or vLLM's
+``LoRAModel.from_local_checkpoint`` of an r8 / r16 adapter (with its ``PEFTHelper``, as the
+worker calls it), its worker's ``add_adapter`` (load + add + activate; the removal outside
+the count), or ``vllm-r8-first``: the r8 load with lora_guard's remembered verdicts emptied
+before each call (outside the count), a first load of an adapter it has not seen. Four arms in one
 process, plain (``uninstrument()``), instrumented, plain, instrumented, each after warm-up
 calls; callgrind counts the instructions of the timed calls only (instrumentation starts after
 the set-up; the unload is not collected). Printed: instructions per call of each arm, the
@@ -28,12 +33,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = ("peft", "sglang-r8", "sglang-r16")
+ROWS = ("peft", "sglang-r8", "sglang-r16", "vllm-r8", "vllm-r16", "vllm-add", "vllm-r8-first")
 ARMS = ("plain", "guarded", "plain", "guarded")
 _CLIENT = """#include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
@@ -69,6 +75,9 @@ def _row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any] | No
                                     torch_device="cpu")
         return swap, None, peft_guard
 
+    if row.startswith("vllm"):
+        return _vllm_row(row, tmp)
+
     from lora_guard.integrations import sglang as sglang_guard
 
     manager = h.sglang_server(max_loras_per_batch=4, max_lora_rank=16)
@@ -81,6 +90,41 @@ def _row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any] | No
     def unload() -> None:
         manager.unload_lora_adapter(h.sglang_ref("x", path))
     return load, unload, sglang_guard
+
+
+def _vllm_row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any] | None, Any]:
+    import _harness as h
+
+    from lora_guard.integrations import vllm as vllm_guard
+
+    env = h.vllm_env()
+    worker = h.vllm_server(h.vllm_base_dir(tmp), max_lora_rank=16, max_loras=4, max_cpu_loras=8)
+    rank = 16 if row == "vllm-r16" else 8
+    path = str(h.peft_adapter(tmp / f"v-r{rank}", r=rank, seed=rank))
+    time.sleep(2.1)  # an adapter deployed earlier: lora_guard keeps no stamp of a folder
+    manager, lora_config = worker._adapter_manager, worker.lora_config
+    expected: set[str] = set()
+    for module in manager.supported_lora_modules:
+        expected.update(manager.packed_modules_mapping.get(module, [module]))
+    model = manager.model
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    mapper = mapper.get_rename_mapper() if mapper is not None else None
+    if row == "vllm-add":
+        request = h.vllm_request("extra", 50, path)
+        return (lambda: worker.add_adapter(request)), (lambda: worker.remove_adapter(50)), \
+            vllm_guard
+
+    def load() -> Any:  # as the worker calls it (bench_engine_paths.py's row)
+        helper = env.peft_helper.PEFTHelper.from_local_dir(path, worker.max_position_embeddings)
+        helper.validate_legal(lora_config)
+        return env.lora_model.LoRAModel.from_local_checkpoint(
+            path, expected, peft_helper=helper, lora_model_id=99, device="cpu",
+            dtype=lora_config.lora_dtype, model_vocab_size=worker.vocab_size,
+            weights_mapper=mapper, skip_prefixes=getattr(model, "lora_skip_prefixes", None),
+            moe_ep_spec=manager.moe_ep_load_spec,
+            unsupported_lora_modules=manager.unsupported_lora_modules)
+    forget = vllm_guard._CLEAN.clear if row == "vllm-r8-first" else None
+    return load, forget, vllm_guard
 
 
 def measure(row: str, calls: int, client: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -432,3 +433,110 @@ def test_a_weights_file_symlinked_out_of_the_folder_is_refused_though_the_engine
     assert "leads outside the adapter folder" in found[0].message
     assert not engine_files_clean(folder)
     assert engine_files_clean(elsewhere)
+
+
+def _deployed(folder: Path) -> Path:
+    """``folder`` as a server finds an adapter deployed earlier: unchanged for longer than a
+    file system's coarsest clock (until then its stamp is not kept, every load looks in full)."""
+    import time
+
+    from lora_guard.integrations._base import _SETTLED_NS
+
+    wait = _SETTLED_NS - (time.time_ns() - os.stat(folder).st_ctime_ns)
+    if wait > 0:
+        time.sleep(wait / 1e9 + 0.05)
+    return folder
+
+
+def _counted(real: Any, name: str, calls: list[tuple[str, str]]) -> Any:
+    """``os.<name>`` that also writes down each call's path."""
+    def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append((name, os.fspath(path)))
+        return real(path, *args, **kwargs)
+    return call
+
+
+def _remembered(folder: Path) -> tuple[Any, Any, Any]:
+    """A verdict kept for what an engine read from ``folder``, and the folder looked at once
+    (as the first load found clean, then a second, leave it)."""
+    from lora_guard.integrations._base import CleanVerdicts, read_key
+
+    verdicts, limits = CleanVerdicts("a test's loads"), object()
+    key = read_key(*_as_read_by_an_engine(folder))
+    verdicts.remember(key, limits)
+    assert verdicts.clean(key, limits, folder)
+    return verdicts, key, limits
+
+
+def test_a_remembered_clean_load_costs_one_stat_of_its_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an adapter loaded again and again (a recipe's adapters, LRU evictions): the file rules
+    # and the added_tokens.json look cost one stat of the folder, no look at each file
+    folder = _deployed(write_adapter(tmp_path / "a", rank=8))
+    verdicts, key, limits = _remembered(folder)
+    calls: list[tuple[str, str]] = []
+    for name in ("stat", "lstat", "access", "open"):
+        monkeypatch.setattr(os, name, _counted(getattr(os, name), name, calls))
+
+    assert verdicts.clean(key, limits, folder)
+    assert calls == [("stat", str(folder))]
+
+
+def test_a_remembered_clean_load_is_refused_once_added_tokens_json_appears_in_its_folder(
+        tmp_path: Path) -> None:
+    folder = _deployed(write_adapter(tmp_path / "a", rank=8))
+    verdicts, key, limits = _remembered(folder)
+    assert verdicts.clean(key, limits, folder)
+
+    (folder / "added_tokens.json").write_text('{"<sql>": 32000}')
+
+    assert not verdicts.clean(key, limits, folder)
+
+
+def test_a_remembered_clean_load_is_refused_once_its_weights_link_out_of_the_folder(
+        tmp_path: Path) -> None:
+    elsewhere = write_adapter(tmp_path / "elsewhere", rank=8)
+    folder = _deployed(write_adapter(tmp_path / "a", rank=8))
+    verdicts, key, limits = _remembered(folder)
+    assert verdicts.clean(key, limits, folder)
+
+    (folder / "adapter_model.safetensors").unlink()
+    (folder / "adapter_model.safetensors").symlink_to(elsewhere / "adapter_model.safetensors")
+
+    assert not verdicts.clean(key, limits, folder)
+
+
+def test_a_remembered_clean_load_is_refused_once_its_folder_is_swapped_for_another(
+        tmp_path: Path) -> None:
+    # a redeploy by rename: the path now names another folder, deployed as long ago, whose
+    # weights link out of it
+    elsewhere = write_adapter(tmp_path / "elsewhere", rank=8)
+    folder = write_adapter(tmp_path / "a", rank=8)
+    staged = write_adapter(tmp_path / "staged", rank=8)
+    (staged / "adapter_model.safetensors").unlink()
+    (staged / "adapter_model.safetensors").symlink_to(elsewhere / "adapter_model.safetensors")
+    _deployed(staged), _deployed(folder)
+    verdicts, key, limits = _remembered(folder)
+    assert verdicts.clean(key, limits, folder)
+
+    folder.rename(tmp_path / "old")
+    staged.rename(folder)
+
+    assert not verdicts.clean(key, limits, folder)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="gives a file to another user (needs root)")
+def test_a_file_another_user_owns_is_looked_at_every_load_and_refused_once_hard_linked(
+        tmp_path: Path) -> None:
+    # the weights belong to another account: that account can give the file a second name
+    # outside the folder without touching the folder, so no stamp stands for it
+    folder = _deployed(write_adapter(tmp_path / "a", rank=8))
+    weights = folder / "adapter_model.safetensors"
+    os.chown(weights, 4242, 4242)
+    verdicts, key, limits = _remembered(folder)
+    assert verdicts.clean(key, limits, folder)
+
+    os.link(weights, tmp_path / "their-copy.safetensors")  # the other account's second name
+
+    assert not verdicts.clean(key, limits, folder)

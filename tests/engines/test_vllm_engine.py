@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 import re
 import warnings
 
@@ -275,6 +276,96 @@ def test_weights_symlinked_out_of_the_folder_are_refused_even_after_a_clean_twin
 
     assert "leads outside the adapter folder" in str(refused.value)
     assert set(worker.list_adapters()) == {1}
+
+
+def _deployed(folder):
+    """An adapter folder as a server finds one deployed earlier: unchanged for longer than a
+    file system's coarsest clock (lora_guard keeps no stamp of a folder changed just now)."""
+    import time
+
+    from lora_guard.integrations._base import _SETTLED_NS
+
+    wait = _SETTLED_NS - (time.time_ns() - os.stat(folder).st_ctime_ns)
+    if wait > 0:
+        time.sleep(wait / 1e9 + 0.05)
+    return folder
+
+
+def _counted(real, name, calls):
+    """``os.<name>`` that also writes down each call's path."""
+    def call(path, *args, **kwargs):
+        calls.append((name, os.fspath(path)))
+        return real(path, *args, **kwargs)
+    return call
+
+
+def _reloaded(worker, request, times=3):
+    """The adapter loaded, evicted and loaded again (a busy server's LRU)."""
+    for _ in range(times):
+        assert worker.add_adapter(request)
+        assert worker.remove_adapter(request.lora_int_id)
+
+
+def test_an_added_tokens_json_put_in_a_folder_between_two_loads_is_refused_at_the_next(
+        guard, base, tmp_path):
+    # the adapter is loaded clean many times (its folder then costs one stat a load); someone
+    # then drops an added_tokens.json with tokens past the base's vocabulary next to it
+    worker = h.vllm_server(base, max_loras=2, max_cpu_loras=3)
+    folder = _deployed(h.peft_adapter(tmp_path / "sql", r=8))
+    request = h.vllm_request("sql", 1, folder)
+    with lg.recording() as seen:
+        _reloaded(worker, request)
+
+    (folder / "added_tokens.json").write_text('{"<sql>": 128, "</sql>": 129}')
+
+    with pytest.raises(lg.AdapterError, match="LG105"):
+        worker.add_adapter(request)
+    assert seen.violations == [] and worker.list_adapters() == set()
+
+
+def test_weights_relinked_out_of_the_folder_between_two_loads_are_refused_at_the_next(
+        guard, base, tmp_path):
+    worker = h.vllm_server(base, max_loras=2, max_cpu_loras=3)
+    other = h.peft_adapter(tmp_path / "other", r=8, seed=1)
+    folder = _deployed(h.peft_adapter(tmp_path / "uploaded", r=8, seed=1))
+    request = h.vllm_request("uploaded", 1, folder)
+    _reloaded(worker, request)
+
+    (folder / "adapter_model.safetensors").unlink()
+    (folder / "adapter_model.safetensors").symlink_to(other / "adapter_model.safetensors")
+
+    with pytest.raises(lg.AdapterError, match="LG108") as refused:
+        worker.add_adapter(request)
+    assert "leads outside the adapter folder" in str(refused.value)
+    assert worker.list_adapters() == set()
+
+
+def test_a_load_found_clean_before_costs_one_stat_beyond_what_vllm_does(
+        guard, base, tmp_path, monkeypatch):
+    # the file rules and the added_tokens.json look of an adapter loaded again: one stat of
+    # its folder, the only file-system call lora_guard adds to vLLM's own for that load
+    worker = h.vllm_server(base, max_loras=2, max_cpu_loras=3)
+    folder = _deployed(h.peft_adapter(tmp_path / "a", r=8))
+    request = h.vllm_request("a", 1, folder)
+    _reloaded(worker, request)
+    calls: list[tuple[str, str]] = []
+    for name in ("stat", "lstat", "access", "open", "listdir", "scandir"):
+        monkeypatch.setattr(os, name, _counted(getattr(os, name), name, calls))
+
+    def one_load():
+        calls.clear()
+        _reloaded(worker, request, times=1)
+        return [c for c in calls if c[1].startswith(str(folder))]
+
+    guarded = one_load()
+    vllm_guard.uninstrument()
+    plain = one_load()
+    vllm_guard.instrument()
+
+    extra = list(guarded)
+    for call in plain:
+        extra.remove(call)
+    assert extra == [("stat", str(folder))]
 
 
 def test_a_helper_made_before_instrument_is_checked_from_the_folder(env, tmp_path):

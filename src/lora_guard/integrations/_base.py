@@ -26,6 +26,7 @@ import re
 import stat
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -575,6 +576,8 @@ def loaded_adapter(
     config: Mapping[str, Any],
     tensors: Mapping[str, Any],
     subject: str,
+    *,
+    key: tuple[Any, ...] | None = None,
 ) -> tuple[AdapterSpec | None, list[Violation]]:
     """`local_adapter` of an adapter the library has read already: its config as the library
     parsed it and its tensors (their names, shapes and dtypes), so the checks run on what the
@@ -583,7 +586,8 @@ def loaded_adapter(
     opened once each to hold them to the reader's file rules (no symlink out of the folder,
     no FIFO, no other user's hard link: LG108), unread. The config is checked as the checker
     checks a read one (`checked_config`: LoRA's fields, a finite ``lora_alpha``); what only
-    the file's bytes tell (a duplicate key) is the library's reader's to refuse.
+    the file's bytes tell (a duplicate key) is the library's reader's to refuse. ``key``, the
+    `read_key` of these config and tensors, spares reading each tensor's shape and dtype again.
 
     Example:
         >>> import torch
@@ -597,7 +601,8 @@ def loaded_adapter(
     """
     try:
         checked = FrozenConfig(checked_config(dict(config)))
-        infos = {name: _tensor_info(tensor) for name, tensor in tensors.items()}
+        infos = _tensor_infos(tensors, key[1] if key is not None else tuple(
+            [(name, t.shape, t.dtype) for name, t in tensors.items()]))
         path = pathlib.Path(folder)
         _files_stay_inside(folder)
         spec = build_spec(path, checked, infos, {}, sum(i.nbytes for i in infos.values()),
@@ -613,12 +618,25 @@ _INFOS = Bounded[tuple[Any, Any], TensorInfo](
     "parts (build_spec)")
 
 
-def _tensor_info(tensor: Any) -> TensorInfo:
-    def make() -> TensorInfo:
-        shape = tuple(int(n) for n in tensor.shape)
-        return TensorInfo(shape=shape, dtype=str(tensor.dtype).removeprefix("torch."),
-                          nbytes=math.prod(shape) * tensor.element_size())
-    return _INFOS.get_or_make((tensor.shape, tensor.dtype), make)
+def _tensor_infos(tensors: Mapping[str, Any],
+                  layout: tuple[tuple[str, Any, Any], ...]) -> dict[str, TensorInfo]:
+    """Each tensor's `TensorInfo`, from its (name, shape, dtype) as `read_key` took them; the
+    tensor itself is asked only for a (shape, dtype) not seen before (its element size). An
+    adapter's tensors come in a few shapes: each is looked up once."""
+    infos: dict[str, TensorInfo] = {}
+    these: dict[tuple[Any, Any], TensorInfo] = {}
+    for name, shape, dtype in layout:
+        info = these.get((shape, dtype))
+        if info is None:
+            info = _INFOS.get((shape, dtype))
+            if info is None:
+                dims = tuple(int(n) for n in shape)
+                info = _INFOS.put((shape, dtype), TensorInfo(
+                    shape=dims, dtype=str(dtype).removeprefix("torch."),
+                    nbytes=math.prod(dims) * tensors[name].element_size()))
+            these[shape, dtype] = info
+        infos[name] = info
+    return infos
 
 
 class CleanVerdicts:
@@ -639,21 +657,52 @@ class CleanVerdicts:
     False
     """
 
-    __slots__ = ("_seen",)
+    __slots__ = ("_folders", "_seen")
 
     def __init__(self, what: str) -> None:
         self._seen = Bounded[tuple[Any, ...], object](256, what)
+        self._folders = Bounded[str, tuple[int, ...]](
+            256, f"{what}: the folders whose engine-read files obeyed the file rules, with no "
+            "added_tokens.json, by their stamp then (device, inode, ctime, mtime)")
 
     def clean(self, key: tuple[Any, ...] | None, limits: object,
               folder: str | os.PathLike[str] | None = None) -> bool:
         """Whether ``key`` was found clean under ``limits``. With ``folder`` (an engine that
         does not read it through the checker's reader), only while the files the engine read
         still obey the reader's file rules and it ships no ``added_tokens.json``, which no
-        engine's LoRA loader reads and which is checked every time."""
+        engine's LoRA loader reads and which is checked every time (`_folder_clean`)."""
         if key is None or self._seen.get((id(limits), plugin_checks(), key)) is not limits:
             return False
-        return folder is None or (engine_files_clean(folder) and not lexists(
-            join_name(os.fspath(folder), ADDED_TOKENS_NAME)))
+        return folder is None or self._folder_clean(os.fspath(folder))
+
+    def _folder_clean(self, folder: str) -> bool:
+        """The files' rules and the ``added_tokens.json`` look, in one ``stat`` of the folder
+        while it is as it was when they last passed: a file in it can become a symlink, a
+        FIFO or a hard link to a file elsewhere, and an ``added_tokens.json`` can appear,
+        only through a change of the folder's entries, which moves its ctime (no user can
+        set it back). Kept only where nothing but such a change could alter the verdict:
+        each file was a plain one of this user's with one name (a symlink's target, or
+        another user's file getting a second name, changes no ctime of the folder: those
+        folders are looked at in full every load), and the folder last changed
+        `_SETTLED_NS` before (a change in the same tick of a coarse clock would leave the
+        same ctime)."""
+        try:
+            info = os.stat(folder)
+            stamp = (info.st_dev, info.st_ino, info.st_ctime_ns, info.st_mtime_ns)
+        except (OSError, ValueError):
+            stamp = None
+        if stamp is not None and self._folders.get(folder) == stamp:
+            return True
+        try:
+            owners = _files_stay_inside(folder)
+        except Malformed:
+            return False
+        if lexists(join_name(folder, ADDED_TOKENS_NAME)):
+            return False
+        if (stamp is not None and owners is not None and hasattr(os, "geteuid")
+                and owners <= {os.geteuid()} and time.time_ns() - stamp[2] > _SETTLED_NS):
+            self._folders.put(folder, stamp)
+        return True
 
     def remember(self, key: tuple[Any, ...] | None, limits: object) -> None:
         if key is not None:
@@ -661,6 +710,13 @@ class CleanVerdicts:
 
     def clear(self) -> None:
         self._seen.clear()
+        self._folders.clear()
+
+
+_SETTLED_NS = 2_000_000_000
+"""How long a folder must have been unchanged for its stamp to be kept: longer than the
+coarsest timestamp a file system gives (FAT's 2 s), so that any later change of its entries
+gives another ctime."""
 
 
 def read_key(config: Mapping[str, Any], tensors: Mapping[str, Any],
@@ -691,12 +747,14 @@ _ENGINE_READS = (("adapter_config.json",), ("adapter_model.safetensors", "adapte
 weights file of these formats that is there."""
 
 
-def _files_stay_inside(folder: str | os.PathLike[str]) -> None:
+def _files_stay_inside(folder: str | os.PathLike[str]) -> set[int] | None:
     """The reader's file rules on the files the engine has read (a symlink leading outside
     the folder, a FIFO, another user's hard link: `Malformed`), without reading them again:
     the config and the first weights file there is. A plain file with one name passes on its
-    ``lstat``; anything else is opened by the reader's `open_regular`, which decides."""
+    ``lstat``; anything else is opened by the reader's `open_regular`, which decides.
+    Returns the owners of the files when every one was plain, else None."""
     base = os.fspath(folder)
+    owners: set[int] | None = set()
     for names in _ENGINE_READS:
         for name in names:
             try:
@@ -706,7 +764,11 @@ def _files_stay_inside(folder: str | os.PathLike[str]) -> None:
             except OSError:
                 info = None
             if info is None or not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+                owners = None
                 opened = open_regular(pathlib.Path(base), name)
                 if opened is not None:
                     os.close(opened[0])
+            elif owners is not None:
+                owners.add(info.st_uid)
             break
+    return owners

@@ -525,7 +525,8 @@ def _loaded_violations(folder: str | os.PathLike[str], config: dict[str, Any],
     key = read_key(config, weights)
     if _CLEAN_SWAPS.clean(key, _PEFT_SERVES, folder):
         return []
-    spec, found = loaded_adapter(folder, {**PEFT_CONFIG_DEFAULTS, **config}, weights, subject)
+    spec, found = loaded_adapter(folder, {**PEFT_CONFIG_DEFAULTS, **config}, weights, subject,
+                                 key=key)
     if spec is not None:
         found += spec_violations(spec, _PEFT_SERVES, subject=subject,
                                  skip=_SWAP_SETTLED_ELSEWHERE)

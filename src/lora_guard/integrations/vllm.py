@@ -75,7 +75,7 @@ class _Server:
     """What a vLLM worker's loads are checked against, computed once per server (and again
     only when its ``LoRAConfig``, model or limits change): kept on the worker itself."""
 
-    __slots__ = ("base", "expected", "heads", "key", "limits", "mapped", "max_rank")
+    __slots__ = ("base", "expected", "heads", "key", "limits", "mapped", "max_rank", "served")
 
     def __init__(self, worker: Any, key: tuple[Any, ...]) -> None:
         manager = getattr(worker, "_adapter_manager", None)
@@ -89,6 +89,7 @@ class _Server:
         self.mapped = bool(getattr(model, "hf_to_vllm_mapper", None))
         rank = self.max_rank if self.max_rank is not None else _max_rank(None)
         self.limits = _limits(self.expected, self.mapped, rank, self.heads, self.base)
+        self.served = _served(self.expected)
 
 
 _SERVER_SLOT = "_lora_guard_vllm_server"
@@ -306,7 +307,9 @@ def _checked_spec(spec: AdapterSpec | None, violations: list[Violation], expecte
     violations = violations + spec_violations(
         spec, limits, subject=subject,
         vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None)
-    return violations + _packed_names(spec, expected, subject, violations)
+    served = server.served if server is not None and limits is server.limits else _served(
+        expected)
+    return violations + _packed_names(spec, served, subject, violations)
 
 
 def _limits_for(expected: Any, *, mapped: bool, peft_helper: Any,
@@ -320,17 +323,22 @@ def _limits_for(expected: Any, *, mapped: bool, peft_helper: Any,
     return _offline_limits(expected, mapped, _max_rank(peft_helper))  # an offline tool
 
 
-def _packed_names(spec: AdapterSpec, expected: Any, subject: str,
+def _served(expected: Any) -> frozenset[str] | None:
+    """The leaf names vLLM loads adapter weights for (`_packed_names`), with the
+    classification heads; None when it expects none or they are unknown."""
+    if not isinstance(expected, Iterable) or isinstance(expected, str):
+        return None
+    served = frozenset(m for m in expected if isinstance(m, str))
+    return served | _CLASSIFIER_HEADS if served - _CLASSIFIER_HEADS else None
+
+
+def _packed_names(spec: AdapterSpec, served: frozenset[str] | None, subject: str,
                   found: list[Violation]) -> list[Violation]:
     """vLLM matches the leaf name of each adapter module exactly against the modules it
-    expects (the parts of a packed layer: ``q_proj``, not ``qkv_proj``; a weights mapper
-    renames prefixes, not leaves): a fused name whose parts are served, which the checker
-    accepts for engines that split it, is refused by vLLM."""
-    if not isinstance(expected, Iterable) or isinstance(expected, str) or any(
-            v.code in ("LG104", "LG109") for v in found):
-        return []
-    served = frozenset(m for m in expected if isinstance(m, str)) | _CLASSIFIER_HEADS
-    if not served - _CLASSIFIER_HEADS:
+    expects (``served``: the parts of a packed layer, ``q_proj``, not ``qkv_proj``; a weights
+    mapper renames prefixes, not leaves): a fused name whose parts are served, which the
+    checker accepts for engines that split it, is refused by vLLM."""
+    if served is None or any(v.code in ("LG104", "LG109") for v in found):
         return []
     return names_not_served(spec, served, subject)
 
@@ -396,8 +404,10 @@ def _check_loaded(load: _Load, config: dict[str, Any], tensors: dict[str, Any]) 
         return
     subject = _subject(load.lora_dir)
     if not _VLLM_KEYS.isdisjoint(config):
-        config = {k: v for k, v in config.items() if k not in _VLLM_KEYS}
-    spec, violations = loaded_adapter(load.lora_dir, config, tensors, subject)
+        config = dict(config)
+        for added in _VLLM_KEYS:
+            config.pop(added, None)
+    spec, violations = loaded_adapter(load.lora_dir, config, tensors, subject, key=key)
     found = _checked_spec(spec, violations, load.expected, mapped=load.mapped,
                           peft_helper=load.peft_helper, vocab=load.vocab, server=load.server,
                           subject=subject, limits=limits)

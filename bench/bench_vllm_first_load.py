@@ -1,0 +1,183 @@
+"""Where lora_guard's instructions go on a vLLM load of an adapter it has not seen, part by part.
+
+    python bench/bench_vllm_first_load.py [--calls N]
+
+Runs in the engine environment under valgrind's callgrind, as ``bench_callgrind_loads.py``
+(whose ``vllm-r8-first`` row gives the whole load's ratio): one real r8 load through vLLM's
+``LoRAModel.from_local_checkpoint`` is intercepted where lora_guard checks it
+(``_check_loaded``: the config and tensors vLLM read), then each part of that check is run
+``N`` times on the same arguments with its own count: the whole check of a first load (its
+remembered verdicts emptied before each call, outside the count), and in it the
+integration's parts (the limits, the verdict key, the look-up that misses, the tensors'
+infos, the file rules, vLLM's packed-name rule, the report, the verdict remembered) and the
+reader's and checker's (the config's fields, the spec, ``added_tokens.json``, the checks).
+Printed: instructions per call of each part, and which side it is on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_callgrind_loads import _CLIENT  # noqa: E402  (one copy of the client requests)
+
+
+def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], Any] | None]]:
+    """(name, side, the part, its set-up outside the count) of a first vLLM load's check."""
+    sys.path.insert(0, str(ROOT / "tests" / "engines"))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import _harness as h
+
+    from lora_guard._checking.check_adapters import spec_violations
+    from lora_guard._core.config import report
+    from lora_guard._reading.adapters import (
+        FrozenConfig,
+        _read_added_tokens,
+        build_spec,
+        checked_config,
+    )
+    from lora_guard.integrations import _base
+    from lora_guard.integrations import vllm as g
+
+    env = h.vllm_env()
+    worker = h.vllm_server(h.vllm_base_dir(tmp), max_lora_rank=16, max_loras=4, max_cpu_loras=8)
+    path = h.peft_adapter(tmp / "v-r8", r=8, seed=8)
+    seen: dict[str, Any] = {}
+    check = g._check_loaded
+
+    def keep(load: Any, config: dict[str, Any], tensors: dict[str, Any]) -> None:
+        seen.update(load=load, config=config, tensors=tensors)
+        check(load, config, tensors)
+
+    g.instrument()
+    g._check_loaded = keep  # type: ignore[assignment]
+    try:
+        assert worker.add_adapter(h.vllm_request("a", 1, path))
+    finally:
+        g._check_loaded = check  # type: ignore[assignment]
+    load, config, tensors = seen["load"], seen["config"], seen["tensors"]
+    del env
+    limits = g._limits_for(load.expected, mapped=load.mapped, peft_helper=load.peft_helper,
+                           server=load.server)
+    key = _base.read_key(config, tensors, load.vocab)
+    subject = g._subject(load.lora_dir)
+    trimmed = {k: v for k, v in config.items() if k not in g._VLLM_KEYS}
+    spec, found = _base.loaded_adapter(load.lora_dir, trimmed, tensors, subject, key=key)
+    assert spec is not None
+    assert not found
+    folder = Path(load.lora_dir)
+    checked = FrozenConfig(checked_config(dict(trimmed)))
+    infos = _base._tensor_infos(tensors, key[1])
+    nbytes = sum(i.nbytes for i in infos.values())
+    violations = spec_violations(spec, limits, subject=subject, vocab_size=load.vocab)
+
+    def first() -> None:
+        g._check_loaded(load, config, tensors)
+
+    return [
+        ("whole check (first load)", "all", first, g._CLEAN.clear),
+        ("_limits_for", "integration", lambda: g._limits_for(
+            load.expected, mapped=load.mapped, peft_helper=load.peft_helper,
+            server=load.server), None),
+        ("read_key", "integration", lambda: _base.read_key(config, tensors, load.vocab), None),
+        ("CleanVerdicts.clean (a miss)", "integration",
+         lambda: g._CLEAN.clean(key, limits, load.lora_dir), g._CLEAN.clear),
+        ("_subject + config copy", "integration", lambda: (
+            g._subject(load.lora_dir), dict(config).pop("vllm_max_position_embeddings")), None),
+        ("loaded_adapter (whole)", "both",
+         lambda: _base.loaded_adapter(load.lora_dir, trimmed, tensors, subject, key=key), None),
+        ("  checked_config + FrozenConfig", "reader",
+         lambda: FrozenConfig(checked_config(dict(trimmed))), None),
+        ("  _tensor_infos", "integration", lambda: _base._tensor_infos(tensors, key[1]), None),
+        ("  _files_stay_inside", "integration",
+         lambda: _base._files_stay_inside(load.lora_dir), None),
+        ("  build_spec", "reader", lambda: build_spec(folder, checked, infos, {}, nbytes,
+                                                      added_tokens=None), None),
+        ("  _read_added_tokens", "reader", lambda: _read_added_tokens(folder), None),
+        ("spec_violations", "checker", lambda: spec_violations(
+            spec, limits, subject=subject, vocab_size=load.vocab), None),
+        ("_packed_names", "integration+checker",
+         lambda: g._packed_names(spec, load.server.served, subject, violations), None),
+        ("report([])", "core", lambda: report([]), None),
+        ("CleanVerdicts.remember", "integration", lambda: g._CLEAN.remember(key, limits),
+         g._CLEAN.clear),
+    ]
+
+
+def measure(calls: int, client: str) -> None:
+    cg = ctypes.CDLL(client)
+    with tempfile.TemporaryDirectory(prefix="lora-guard-callgrind-") as folder:
+        parts = _parts(Path(folder))
+        cg.cg_start()
+        for index, (_name, _side, part, setup) in enumerate(parts):
+            for counted in (3, calls):
+                cg.cg_zero()
+                for _ in range(counted):
+                    if setup is not None:
+                        cg.cg_toggle()  # the set-up is not counted
+                        setup()
+                        cg.cg_toggle()
+                    part()
+            cg.cg_dump(f"part{index}".encode())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=50, help="calls per part (default 50)")
+    parser.add_argument("--client", help=argparse.SUPPRESS)  # set when run under valgrind
+    args = parser.parse_args()
+    if args.client:
+        measure(args.calls, args.client)
+        return 0
+    if not shutil.which("valgrind") or not shutil.which("cc"):
+        print("needs valgrind and a C compiler (cc) with valgrind/callgrind.h", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="lora-guard-callgrind-") as folder:
+        tmp = Path(folder)
+        (tmp / "client.c").write_text(_CLIENT)
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp / "client.so"),
+                        str(tmp / "client.c")], check=True)
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+             f"--callgrind-out-file={tmp}/out.%p", sys.executable, __file__,
+             "--calls", str(args.calls), "--client", str(tmp / "client.so")],
+            env={**os.environ, "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True)
+        if done.returncode:
+            print(done.stderr[-3000:], file=sys.stderr)
+            return done.returncode
+        counts: dict[int, float] = {}
+        for dump in tmp.glob("out.*.*"):
+            text = dump.read_text()
+            name = re.search(r"^desc: Trigger: Client Request: part(\d+)", text, re.M)
+            total = re.search(r"^totals: (\d+)", text, re.M)
+            if name and total:
+                counts[int(name.group(1))] = int(total.group(1)) / args.calls
+    names = _names()
+    print(f"## vLLM first load, lora_guard's check by part: instructions per call "
+          f"({args.calls} calls a part, callgrind)")
+    for index, (name, side) in enumerate(names):
+        print(f"{name:<34} {side:<20} {counts.get(index, float('nan')):12,.0f}")
+    return 0
+
+
+def _names() -> list[tuple[str, str]]:
+    """The parts' names and sides, as `_parts` lists them (read from its source)."""
+    text = Path(__file__).read_text()
+    body = text[text.index("    return [\n        (\"whole"):text.index("def measure")]
+    return re.findall(r'\(\s*"([^"]+)", "([^"]+)"', body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
