@@ -1,21 +1,25 @@
 """What lora_guard costs on a load or a swap, counted in instructions (callgrind), not time.
 
     python bench/bench_callgrind_loads.py ROW [--calls N]
-    (ROW: peft, sglang-r8, sglang-r16, vllm-r8, vllm-r16, vllm-add, vllm-r8-first)
+    (ROW: peft, sglang-r8, sglang-r16, sglang-hit, sglang-swap-in, vllm-r8, vllm-r16,
+    vllm-add, vllm-r8-first)
 
 Runs in the engine environment (as ``bench/bench_engine_paths.py``), under valgrind's
 callgrind, e.g. ``PYTHONPATH=src $LORA_GUARD_ENGINES_VENV/bin/python
 bench/bench_callgrind_loads.py peft``. The row is one engine call: PEFT's
 ``hotswap_adapter`` of a 4-layer Llama (r8, two adapters in turn), or sglang's
-``load_lora_adapter`` of an r8 / r16 adapter (its unload outside the count), or vLLM's
+``load_lora_adapter`` of an r8 / r16 adapter (its unload outside the count), 1,000 hits
+of sglang's pinned-weight store (``sglang-hit``), or sglang's ``fetch_new_loras`` swapping
+one adapter in (``sglang-swap-in``), or vLLM's
 ``LoRAModel.from_local_checkpoint`` of an r8 / r16 adapter (with its ``PEFTHelper``, as the
 worker calls it), its worker's ``add_adapter`` (load + add + activate; the removal outside
 the count), or ``vllm-r8-first``: the r8 load with lora_guard's remembered verdicts emptied
-before each call (outside the count), a first load of an adapter it has not seen. Four arms in one
-process, plain (``uninstrument()``), instrumented, plain, instrumented, each after warm-up
-calls; callgrind counts the instructions of the timed calls only (instrumentation starts after
-the set-up; the unload is not collected). Printed: instructions per call of each arm, the
-ratio instrumented / plain of each pair, and the A/A floor (second plain / first plain).
+before each call (outside the count), a first load of an adapter it has not seen. Four arms
+in one process, plain (``uninstrument()``), instrumented, plain, instrumented, each after
+warm-up calls; callgrind counts the instructions of the timed calls only (instrumentation
+starts after the set-up; the unload is not collected). Printed: instructions per call of
+each arm, the ratio instrumented / plain of each pair, and the A/A floor (second plain /
+first plain).
 Instruction counts do not depend on the machine's load, so the ratio of a 2 ms path can be
 read to the percent on a shared machine; the clock (``bench_engine_paths.py``) gives the
 time. Needs valgrind and a C compiler with ``valgrind/callgrind.h`` (the client requests that
@@ -39,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = ("peft", "sglang-r8", "sglang-r16", "vllm-r8", "vllm-r16", "vllm-add", "vllm-r8-first")
+ROWS = ("peft", "sglang-r8", "sglang-r16", "sglang-hit", "sglang-swap-in", "vllm-r8",
+        "vllm-r16", "vllm-add", "vllm-r8-first")
 ARMS = ("plain", "guarded", "plain", "guarded")
 _CLIENT = """#include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
@@ -81,6 +86,8 @@ def _row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any] | No
     from lora_guard.integrations import sglang as sglang_guard
 
     manager = h.sglang_server(max_loras_per_batch=4, max_lora_rank=16)
+    if row in ("sglang-hit", "sglang-swap-in"):
+        return _sglang_pool_row(row, manager, tmp), None, sglang_guard
     rank = int(row.rsplit("r", 1)[1])
     path = h.peft_adapter(tmp / f"load-r{rank}", r=rank, seed=rank)
 
@@ -90,6 +97,35 @@ def _row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any] | No
     def unload() -> None:
         manager.unload_lora_adapter(h.sglang_ref("x", path))
     return load, unload, sglang_guard
+
+
+def _sglang_pool_row(row: str, manager: Any, tmp: Path) -> Callable[[], Any]:
+    """sglang's pool: 1,000 pinned-store hits (pinning and overlap loading on, the entry
+    there: no pin is made), or one ``fetch_new_loras`` swapping an adapter in (4 slots, 4
+    resident, a fifth in and out in turn)."""
+    import _harness as h
+
+    names = [f"s{i}" for i in range(5)]
+    for i, name in enumerate(names):
+        path = h.peft_adapter(tmp / name, r=8, seed=i)
+        assert manager.load_lora_adapter(h.sglang_ref(name, path)).success
+    pool = manager.memory_pool
+    if row == "sglang-hit":
+        key, weight = next(iter(manager.loras["s0"].layers[0].weights.items()))
+        store = {key: weight.clone()}
+        pool.pin_memory_available = pool.enable_lora_overlap_loading = True
+
+        def hits() -> None:  # looked up each time: instrument() replaces the class's
+            for _ in range(1000):
+                pool._get_maybe_cached_weight_for_transfer(store, key, weight)
+        return hits
+    batches = [set(names[:4]), {names[4], *names[1:4]}]
+    flip = [0]
+
+    def swap_in() -> None:
+        flip[0] ^= 1
+        manager.fetch_new_loras(batches[flip[0]])
+    return swap_in
 
 
 def _vllm_row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any] | None, Any]:
@@ -125,7 +161,6 @@ def _vllm_row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any]
             unsupported_lora_modules=manager.unsupported_lora_modules)
     forget = vllm_guard._CLEAN.clear if row == "vllm-r8-first" else None
     return load, forget, vllm_guard
-
 
 def measure(row: str, calls: int, client: str) -> None:
     """Under callgrind: the four arms, each dumped under its name."""

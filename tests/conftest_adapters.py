@@ -7,10 +7,12 @@ save their adapters with `llama` and `save` and check them with `check`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import pathlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import lora_guard as lg
@@ -73,6 +75,21 @@ def save(model: Any, config: Any, folder: pathlib.Path, **save_kwargs: Any) -> p
         warnings.simplefilter("ignore")
         get_peft_model(model, config).save_pretrained(str(folder), **save_kwargs)
     return folder
+
+
+@contextlib.contextmanager
+def peft_alone() -> Iterator[None]:
+    """PEFT without the integration's guards, whatever the session instruments
+    (``--lora-guard-instrument=peft``): for a test that measures what PEFT alone does."""
+    from lora_guard.integrations import peft as peft_guard
+
+    was = peft_guard.INTEGRATION.instrumented
+    peft_guard.uninstrument()
+    try:
+        yield
+    finally:
+        if was:
+            peft_guard.instrument()
 
 
 def check(folder: pathlib.Path, **limits: Any) -> lg.Report:

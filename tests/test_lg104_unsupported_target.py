@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import lora_guard as lg
-from conftest_adapters import TINY_LLAMA, llama, messages, save
+from conftest_adapters import TINY_LLAMA, llama, messages, peft_alone, save
 
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
@@ -175,7 +175,7 @@ def _served_by_peft(folder: pathlib.Path) -> Any:
     import torch
     from peft import PeftModel
 
-    with torch.no_grad():
+    with torch.no_grad(), peft_alone():
         return PeftModel.from_pretrained(llama(), str(folder))(
             torch.arange(6).reshape(1, 6)).logits
 

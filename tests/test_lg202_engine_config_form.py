@@ -14,7 +14,7 @@ import pathlib
 import pytest
 
 import lora_guard as lg
-from conftest_adapters import llama, messages
+from conftest_adapters import llama, messages, peft_alone
 
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
@@ -44,7 +44,7 @@ def test_peft_fails_on_a_layer_selection_in_a_form_it_does_not_take(
     tmp_path: pathlib.Path, changes: dict[str, object], peft_error: type[Exception], said: str,
 ) -> None:
     folder = _adapter(tmp_path / "edited", **changes)
-    with pytest.raises(peft_error):
+    with pytest.raises(peft_error), peft_alone():
         PeftModel.from_pretrained(llama(), str(folder))
 
     report = lg.check_adapters([folder], lg.ServingLimits.for_engine("peft"))

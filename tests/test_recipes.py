@@ -175,3 +175,30 @@ def test_adapters_of_the_same_weights_keep_their_own_module_findings(
     by_name = [[c for s, c, _ in together if s.endswith(f"{n}'")]
                for n in ("a-trained", "b-alpha-zero", "c-rank-16")]
     assert by_name == [[], ["LG121"], ["LG102"]]
+
+
+def test_adapters_that_share_no_bytes_keep_what_the_set_checks_and_the_report_read(
+        tmp_path: pathlib.Path) -> None:
+    # A fleet trained from one recipe, each adapter saved with its own name (revision):
+    # no two configs are byte-identical, so each adapter keeps its own config (held
+    # compactly, its strings shared by value). sglang sizes its pool by the largest r of
+    # the set (rank-from-set): one adapter's rank_pattern asks for more than that.
+    fields: dict[str, object] = {"layers_to_transform": [0, 1], "revision": None}
+    folders = []
+    for i, rank in enumerate((8, 16, 8)):
+        folders.append(write_adapter(
+            tmp_path / f"a{i}", rank=rank, rank_pattern={"q_proj": 32} if i == 2 else None,
+            config_overrides=dict(fields, revision=f"run-{i}")))
+    report = lg.check_adapters(tmp_path, lg.ServingLimits(engine_rules=("rank-from-set",)))
+    assert [(v.code, v.subject) for v in report.violations] == [
+        ("LG101", f"adapter {str(folders[2])!r}")]
+    assert report.violations[0].details["max_rank"] == 16  # the largest r of the set
+    for folder, spec in zip(folders, report.adapters, strict=True):
+        written = json.loads((folder / "adapter_config.json").read_text())
+        assert spec.config == written and dict(spec.config) == written
+        assert list(spec.config) == list(written)  # the file's order
+        assert type(spec.config["target_modules"]) is list
+        assert spec.config["layers_to_transform"] == [0, 1]  # a list of numbers, as it was
+    entries = json.loads(report.to_json())["adapters"]
+    assert [e["rank"] for e in entries] == [8, 16, 32]  # its q_proj modules: rank 32
+    assert "".join(report.json_chunks()) == report.to_json()

@@ -180,6 +180,87 @@ def test_an_adapter_found_clean_is_checked_again_under_another_servers_limits(
     assert tight.loras == {} and set(roomy.loras) == {"once", "again"}
 
 
+def _never_read_again(monkeypatch):
+    """lora_guard's own reader of an adapter folder, replaced by one that fails: a load that
+    passes, or is refused with its codes, was checked on what sglang read."""
+    def read_again(path, subject, **options):
+        raise AssertionError(f"lora_guard read {path} a second time")
+    monkeypatch.setattr(sglang_guard, "local_adapter", read_again)
+
+
+@pytest.mark.lora_guard(expect=["LG101", "LG104", "LG111", "LG112"])  # failed results
+def test_a_load_is_checked_on_what_sglang_read_not_read_again(guard, tmp_path, monkeypatch):
+    manager = h.sglang_server()
+    good = h.peft_adapter(tmp_path / "good", r=8)
+    # sglang reads each of these whole and would serve it wrong: rank-32 tensors under r=8
+    # (it compares r only), a full weight outside LoRA key grammar (dropped as it reads), q
+    # at rank 16 beside v at 8 (stacked into one q/k/v buffer as it reads)
+    sneaky = h.peft_adapter(tmp_path / "sneaky", r=8, rank_pattern={"q_proj": 32, "v_proj": 32})
+    full = h.peft_adapter(tmp_path / "full", r=8)
+    h.edit_weights(full, lambda t: t.update({
+        "base_model.model.model.layers.0.self_attn.q_proj.weight": torch.randn(64, 64)}))
+    mixed = h.peft_adapter(tmp_path / "mixed", r=8, rank_pattern={"q_proj": 16})
+    _never_read_again(monkeypatch)
+
+    with lg.recording() as seen:
+        assert manager.load_lora_adapter(h.sglang_ref("good", good)).success
+    assert seen.violations == []
+    refused = {name: manager.load_lora_adapter(h.sglang_ref(name, path))
+               for name, path in (("sneaky", sneaky), ("full", full), ("mixed", mixed))}
+
+    assert refused["sneaky"].error_message.startswith("LG101 rank-exceeds-limit: adapter 'sneaky'")
+    assert "LG104" in refused["full"].error_message
+    assert "LG111" in refused["mixed"].error_message
+    assert not any(result.success for result in refused.values())
+    assert set(manager.configs) == set(manager.loras) == set(manager.lora_refs) == {"good"}
+
+
+@pytest.mark.lora_guard(expect=["LG101", "LG112"])  # a failed result
+def test_a_load_whose_read_the_hooks_do_not_see_is_checked_from_the_folder(
+        guard, tmp_path, monkeypatch):
+    # as if a release read the weights without passing through _normalize_weights: the
+    # load guard sees that nothing was checked, checks the folder, and undoes the load
+    manager = h.sglang_server()
+    adapter = importlib.import_module("sglang.srt.lora.lora").LoRAAdapter
+    monkeypatch.setattr(adapter, "_normalize_weights", adapter._normalize_weights.__wrapped__)
+    sneaky = h.peft_adapter(tmp_path / "sneaky", r=8, rank_pattern={"q_proj": 32, "v_proj": 32})
+
+    result = manager.load_lora_adapter(h.sglang_ref("sneaky", sneaky))
+
+    assert result.success is False
+    assert result.error_message.startswith("LG101 rank-exceeds-limit: adapter 'sneaky'")
+    assert manager.configs == {} and manager.loras == {} and manager.lora_refs == {}
+
+
+@pytest.mark.lora_guard(expect=["LG101", "LG109", "LG112"])  # failed results
+def test_a_refused_load_leaves_sglangs_registries_as_they_were(guard, tmp_path):
+    # sglang records an adapter's config before it reads the weights; a load refused in
+    # that read (by lora_guard, or by sglang itself part-way: a layer the base lacks)
+    # leaves every registry as before the load, the pool included
+    manager = h.sglang_server()
+    good = h.peft_adapter(tmp_path / "good", r=8)
+    assert manager.load_lora_adapter(h.sglang_ref("good", good)).success
+    manager.fetch_new_loras({"good"})
+    sneaky = h.peft_adapter(tmp_path / "sneaky", r=8, rank_pattern={"q_proj": 32, "v_proj": 32})
+    beyond = h.peft_adapter(tmp_path / "beyond", r=8)
+    h.edit_weights(beyond, lambda t: t.update({
+        k.replace(".layers.1.", ".layers.7."): t.pop(k) for k in list(t) if ".layers.1." in k}))
+    before = (dict(manager.configs), dict(manager.loras), dict(manager.lora_refs),
+              manager.num_pinned_loras, dict(manager.memory_pool.uid_to_buffer_id),
+              list(manager.memory_pool.buffer_id_to_uid))
+    buffers = h.pool_snapshot(manager)
+
+    for name, path, code in (("sneaky", sneaky, "LG101"), ("beyond", beyond, "LG109")):
+        result = manager.load_lora_adapter(h.sglang_ref(name, path))
+        assert result.success is False and result.error_message.startswith(code)
+
+    assert (dict(manager.configs), dict(manager.loras), dict(manager.lora_refs),
+            manager.num_pinned_loras, dict(manager.memory_pool.uid_to_buffer_id),
+            list(manager.memory_pool.buffer_id_to_uid)) == before
+    after = h.pool_snapshot(manager)
+    assert all(torch.equal(after[k], buffers[k]) for k in buffers)
+
+
 @pytest.mark.lora_guard(expect=["LG101", "LG105"])  # both refusals are failed results
 def test_a_refused_load_leaves_the_pool_bitwise_unchanged_and_no_half_registered_adapter(
         guard, tmp_path):
@@ -283,16 +364,65 @@ def test_a_normal_load_with_per_adapter_pinned_weights_gives_no_false_lg003(guar
     assert seen.violations == []  # ...so lora_guard has nothing to say
 
 
-def test_a_pinned_store_the_engine_does_consult_is_still_guarded(guard, tmp_path, monkeypatch):
-    manager = h.sglang_server()
-    pool = manager.memory_pool
+def _pinning(pool, monkeypatch):
+    """The pool as on a GPU host: pinning available, overlap loading on; on this CPU a pin
+    is a copy (``pin_memory`` needs an accelerator)."""
     monkeypatch.setattr(pool, "pin_memory_available", True)
     monkeypatch.setattr(pool, "enable_lora_overlap_loading", True)
-    store = {"w": torch.zeros(4, 64)}
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: self.clone())
 
-    with pytest.raises(lg.CacheKeyCollisionError, match="LG003"):
-        pool._get_maybe_cached_weight_for_transfer(store, "w", torch.zeros(8, 64))
-    assert store["w"].shape == (4, 64)
+
+def test_a_stale_pinned_hit_at_a_swap_in_is_lg003_with_its_fix(guard, tmp_path, monkeypatch):
+    # a swap-in reads each weight through the adapter layer's pinned store: an entry left
+    # there with another shape (seed 002) is refused before the stale tensor is copied
+    # (by sglang itself from 0.5.23, by lora_guard before), as LG003 with its fix
+    manager = h.sglang_server(max_loras_per_batch=2)
+    pool = manager.memory_pool
+    _pinning(pool, monkeypatch)
+    for name, seed in (("a", 0), ("b", 1), ("c", 2)):
+        path = h.peft_adapter(tmp_path / name, r=8, seed=seed)
+        assert manager.load_lora_adapter(h.sglang_ref(name, path)).success
+    with lg.recording() as seen:
+        manager.fetch_new_loras({"a"})  # a's weights pinned, its layer stores filled
+        manager.fetch_new_loras({"b", "c"})  # a evicted; its stores stay
+    assert seen.violations == []
+    store = manager.loras["a"].layers[0].pinned_weights
+    key, pinned = next(iter(store.items()))
+    stale = torch.zeros(pinned.shape[0] * 2, *pinned.shape[1:], dtype=pinned.dtype)
+    store[key] = stale
+
+    with pytest.raises(lg.CacheKeyCollisionError, match="LG003 cache-key-collision") as refused:
+        manager.fetch_new_loras({"a"})
+
+    assert lg.INVARIANTS["LG003"].fixes[0] in str(refused.value)
+    assert repr(key) in str(refused.value) and "the stale tensor would be served" in str(
+        refused.value)
+    assert store[key] is stale  # the store as it was
+    assert "a" not in pool.uid_to_buffer_id  # not served from the stale tensor
+
+
+def test_a_swap_in_failing_otherwise_keeps_sglangs_own_error(guard, tmp_path, monkeypatch):
+    # only sglang's refusal of a stale pinned hit becomes LG003: another ValueError of the
+    # swap-in (here a weight sglang cannot map to a target) is sglang's, unchanged
+    manager = h.sglang_server(max_loras_per_batch=2)
+    path = h.peft_adapter(tmp_path / "a", r=8)
+    assert manager.load_lora_adapter(h.sglang_ref("a", path)).success
+    layer = manager.loras["a"].layers[0]
+    layer.weights["model.layers.0.self_attn.no_such_proj.lora_A.weight"] = torch.zeros(8, 64)
+
+    with pytest.raises(ValueError) as raised:
+        manager.fetch_new_loras({"a"})
+    assert not isinstance(raised.value, lg.LoRAGuardError)
+
+
+def test_a_pinned_hit_goes_straight_to_sglang_where_it_checks_hits_itself(guard, env):
+    # from 0.5.23 sglang refuses a stale hit itself: its lookup is left as it is (a hit
+    # costs nothing), and the swap-in guard reports that refusal; before, every hit is
+    # checked by lora_guard first
+    cached = env.pool.LoRAMemoryPool._get_maybe_cached_weight_for_transfer
+    own = "lora_guard" not in getattr(cached, "__module__", "") and not hasattr(
+        cached, "__wrapped__")
+    assert own is (tuple(int(p) for p in env.version.split(".")[:3]) >= (0, 5, 23))
 
 
 # --- the Inkling shared sink, version 2 ----------------------------------------------------------

@@ -91,10 +91,30 @@ class Report:
     def to_json(self) -> str:
         """`to_dict` as JSON text, exactly ``json.dumps(report.to_dict(), indent=2)``, built
         one adapter at a time so that 100,000 adapters never exist as one nested dict."""
-        text = json.dumps(self._dict(_ADAPTERS_HOLE), indent=2)
-        entries = [_indented(e, "\n    ") for e in self._entries()]
-        listed = "[\n    " + ",\n    ".join(entries) + "\n  ]" if entries else "[]"
-        return text.replace(json.dumps(_ADAPTERS_HOLE), listed, 1)
+        return "".join(self.json_chunks())
+
+    def json_chunks(self) -> Iterator[str]:
+        """`to_json`'s text in pieces, one adapter's entry at a time: written as they come
+        (``lora-guard check --format json``), 100,000 adapters' report is never held whole.
+
+        Example:
+            >>> import lora_guard as lg
+            >>> report = lg.Report(adapters=(), violations=())
+            >>> "".join(report.json_chunks()) == report.to_json()
+            True
+        """
+        head, tail = json.dumps(self._dict(_ADAPTERS_HOLE), indent=2).split(
+            json.dumps(_ADAPTERS_HOLE), 1)
+        yield head
+        if not self.ids:
+            yield "[]"
+        else:
+            pad = "[\n    "
+            for entry in self._entries():
+                yield pad + _indented(entry, "\n    ")
+                pad = ",\n    "
+            yield "\n  ]"
+        yield tail
 
     def _entries(self) -> Iterator[dict[str, Any]]:
         specs = {str(s.path): s for s in self.adapters}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from lora_guard._frontends._locations import help_uri
@@ -14,9 +15,11 @@ if TYPE_CHECKING:
 __all__ = ["codes_json", "json_report", "statistics_json"]
 
 
-def json_report(report: Report) -> str:
-    """The report's JSON form (``schema_version`` 1): `Report.to_json`."""
-    return report.to_json() + "\n"
+def json_report(report: Report) -> Iterator[str]:
+    """The report's JSON form (``schema_version`` 1): `Report.to_json` and a newline, in
+    pieces (`Report.json_chunks`) that the command writes as they come."""
+    yield from report.json_chunks()
+    yield "\n"
 
 
 def statistics_json(report: Report) -> str:

@@ -26,7 +26,7 @@ import os
 import pathlib
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from lora_guard._core.errors import printable
@@ -452,17 +452,25 @@ def _run_check(args: argparse.Namespace) -> int:
     report = _filtered(report, _selector(args.select, args.ignore))
     if skipped:
         report = dataclasses.replace(report, skipped=(*report.skipped, *skipped))
+    out: str | Iterator[str]
     if args.statistics:
         for note in report.skipped if args.format == "json" else ():  # a list of counts
             sys.stderr.write(f"lora-guard: {printable(note)}\n")
         out = statistics_json(report) if args.format == "json" else statistics_text(report)
     else:
         out = WRITERS[args.format](report, args)
-    sys.stdout.write(out)
+    _write(out)
     return 0 if report.ok else 1
 
 
-WRITERS: dict[str, Callable[[Report, argparse.Namespace], str]] = {
+def _write(out: str | Iterator[str]) -> None:
+    """Write a report: whole, or in pieces as they come (json: one adapter at a time, so
+    100,000 adapters' report is never held as one text)."""
+    for piece in (out,) if isinstance(out, str) else out:
+        sys.stdout.write(piece)
+
+
+WRITERS: dict[str, Callable[[Report, argparse.Namespace], str | Iterator[str]]] = {
     "text": lambda report, args: text_report(report, quiet=args.quiet),
     "json": lambda report, args: json_report(report),
     "github": lambda report, args: github_report(report),

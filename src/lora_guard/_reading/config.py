@@ -9,9 +9,10 @@ import math
 import os
 import pathlib
 import re
+import sys
 import types
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from lora_guard._reading.bounded import Bounded
 from lora_guard._reading.files import (
@@ -85,6 +86,14 @@ class FrozenConfig(Mapping[str, Any]):
     order, ``==`` with a dict, ``dict(config)`` for a copy) but cannot be changed: the
     adapters of one `Recipe` share one.
 
+    A report keeps every adapter's config, so each is held compactly: its values in a tuple,
+    beside the field names' positions, which the configs of one layout share (`Layout`, in
+    `_LAYOUTS`: a fleet's configs have a few layouts, whatever their values); its strings,
+    and those of a list of strings (``target_modules``), are Python's interned copies
+    (`sys.intern`: one copy of each value, kept only while a config holds it). 100,000
+    adapters that share no bytes keep about 0.7 KB of config each, not 4.2 KB (see the
+    performance page).
+
     Example:
         >>> from lora_guard._reading.adapters import FrozenConfig
         >>> config = FrozenConfig({"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]})
@@ -94,41 +103,79 @@ class FrozenConfig(Mapping[str, Any]):
         True
     """
 
-    __slots__ = ("_data",)
+    __slots__ = ("_fields", "_values")
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        self._data: dict[str, Any] = dict(config)
+        names, values = tuple(config), list(config.values())
+        layout = _LAYOUTS.get_or_make(names, lambda: _layout(names, values))
+        for at in layout.texts:
+            value = values[at]
+            if type(value) is str:
+                values[at] = _intern(value)
+            elif type(value) is list:
+                try:
+                    values[at] = list(map(_intern, value))
+                except TypeError:  # an item that is not a string: the list as it is
+                    continue
+        self._fields: dict[str, int] = layout.fields
+        self._values: tuple[Any, ...] = tuple(values)
 
     def __getitem__(self, key: str) -> Any:
-        return self._data[key]
+        return self._values[self._fields[key]]
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value of ``key``, or ``default`` when the config has no such field."""
-        return self._data.get(key, default)
+        at = self._fields.get(key)
+        return default if at is None else self._values[at]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._data
+        return key in self._fields
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
+        return iter(self._fields)
 
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self._values)
 
     def __repr__(self) -> str:
-        return f"FrozenConfig({self._data!r})"
+        return f"FrozenConfig({self.copy()!r})"
 
     def fields(self, names: Iterable[str]) -> dict[str, Any]:
         """The fields of ``names`` the config has, in that order (a plain dict)."""
-        data = self._data
-        return {name: data[name] for name in names if name in data}
+        at, values = self._fields, self._values
+        return {name: values[at[name]] for name in names if name in at}
 
     def copy(self) -> dict[str, Any]:
         """A plain dict of the fields (a copy the caller may change)."""
-        return dict(self._data)
+        return dict(zip(self._fields, self._values, strict=True))
 
     def __or__(self, other: Mapping[str, Any]) -> dict[str, Any]:
-        return {**self._data, **other}
+        return {**self.copy(), **other}
+
+
+_intern = sys.intern
+
+
+class Layout(NamedTuple):
+    """What the `FrozenConfig` of one sequence of field names shares with the others."""
+
+    fields: dict[str, int]
+    """Each field name (interned) -> its position in the values."""
+    texts: tuple[int, ...]
+    """The positions whose value is a string or a list in the first config of the layout:
+    where the others' strings are interned (a value of another type there is kept as it
+    is; a string elsewhere is kept uninterned: memory, never the value, differs)."""
+
+
+def _layout(names: tuple[str, ...], values: list[Any]) -> Layout:
+    return Layout({_intern(name) if type(name) is str else name: at
+                   for at, name in enumerate(names)},
+                  tuple(at for at, value in enumerate(values) if type(value) in (str, list)))
+
+
+_LAYOUTS: Bounded[tuple[str, ...], Layout] = Bounded(
+    256, "the field names of configs, in order, with their positions: what the compact "
+    "configs of one layout share (a fleet's configs have a few layouts)")
 
 
 _NO_STRINGS: Mapping[str, Any] = types.MappingProxyType({})

@@ -100,7 +100,9 @@ class Patch:
     """For a method an engine calls on every step: ``fast(original, guarded)`` returns the
     function installed, which calls ``original(self, ...)`` itself when the state it guards
     is as last verified (nothing new to check: one Python call on the engine's path) and
-    ``guarded(self, ...)`` (the wrapper, as without ``fast``) otherwise."""
+    ``guarded(self, ...)`` (the wrapper, as without ``fast``) otherwise; or ``original``
+    itself, where this release needs no guard on the method (the hook's signature is still
+    checked, and `lora-guard doctor` lists it)."""
 
 
 @dataclass(frozen=True)
@@ -493,7 +495,8 @@ def _guarded(integration: Integration, raw: Any, wrapper: Wrapper, *, method: bo
         return classmethod(functools.update_wrapper(_class_call(integration, fn, wrapper), fn))
     if method and not isinstance(raw, staticmethod):
         call = _method_call(integration, fn, wrapper)
-        return functools.update_wrapper(call if fast is None else fast(fn, call), fn)
+        installed = call if fast is None else fast(fn, call)
+        return installed if installed is fn else functools.update_wrapper(installed, fn)
     call = functools.update_wrapper(_plain_call(integration, fn, wrapper), fn)
     return staticmethod(call) if isinstance(raw, staticmethod) else call
 

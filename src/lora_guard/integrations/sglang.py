@@ -8,9 +8,12 @@ the one sglang profile that ``lora-guard check --engine sglang`` and
 ``--max-lora-rank``, ``--lora-target-modules`` and base model, so the guard in the server and
 the checker on the files report the same codes (the engine tier asserts it adapter by adapter):
 
-- ``LoRAManager.load_lora_adapter``: before sglang reads a tensor, the adapter's config and
-  safetensors header go through the checker of ``lora-guard check``
-  (`lora_guard.check_adapters`) with the server's limits: ranks of ``r``,
+- ``LoRAManager.load_lora_adapter``, with ``LoRAAdapter._process_weight`` (each tensor as
+  sglang read it) and ``LoRAAdapter._normalize_weights`` (where the checks run, before
+  sglang stacks or drops any tensor): what sglang read, its parsed config and its tensors,
+  goes through the checker of ``lora-guard check`` (`lora_guard.check_adapters`), nothing
+  of the folder read again (where sglang refuses first, the checker reads the folder), with
+  the server's limits: ranks of ``r``,
   ``rank_pattern`` and the tensors against ``--max-lora-rank`` (LG101; sglang compares
   ``r`` only), the profile's own rules (LG111 ranks that differ within q/k/v or gate/up,
   LG112 a scaling other than sglang's one ``lora_alpha / r``, LG202 a regex
@@ -22,12 +25,13 @@ the checker on the files report the same codes (the engine tier asserts it adapt
   since sglang casts every weight to its dtype. Then the adapter's MoE layout against the
   adapters already loaded (LG002). sglang's loader turns every exception into
   ``LoRAUpdateOutput(success=False, error_message=str(e))``; the guard keeps that contract
-  and puts its full message there (never an empty string). A failed load that leaves its
-  config behind is reported as LG201. The folder is read at every load; an adapter read as
-  one found clean before (same config, header and size, same limits and registered checks)
-  is not checked again.
+  and puts its full message there (never an empty string). A refused load leaves sglang's
+  registries as they were (sglang records the config before it reads the weights: that
+  entry is put back); sglang's own failed load that leaves its config behind is reported as
+  LG201. An adapter read as one found clean before (same config and tensors, same limits,
+  vocabulary and registered checks) is not checked again.
 - ``LoRAManager.validate_new_adapter``: the same checks, for a caller that validates an
-  adapter outside ``load_lora_adapter`` (inside it, the load guard has checked already).
+  adapter outside ``load_lora_adapter`` (inside it, the load guard checks what sglang reads).
 - ``LoRAManager.init_state``: the start-up adapters (``--lora-paths``, loaded inside
   ``LoRAManager.__init__``), each through the same checks as a dynamic load, against
   ``--max-lora-rank`` (or, without it, the rank sglang infers: the largest ``r``) and
@@ -37,11 +41,14 @@ the checker on the files report the same codes (the engine tier asserts it adapt
   before sglang's assert), then the slot maps ``uid_to_buffer_id`` / ``buffer_id_to_uid``
   (LG201, `lora_guard.check_slot_maps`).
 - ``LoRAMemoryPool.load_lora_weight_to_buffer``: a slot out of range (LG201) or an adapter
-  rank above the pool's (LG101) before the buffer is written.
+  rank above the pool's (LG101) before the buffer is written; sglang's own refusal of a
+  stale pinned hit (0.5.23 on) as LG003 with its fix.
 - ``LoRAMemoryPool._get_maybe_cached_weight_for_transfer``: a pinned-cache hit of another
   shape or dtype (LG003, seed 002) before the stale tensor is returned, when sglang reads the
   store at all (pinning available, overlap loading on, a CPU weight not pinned yet; the
-  store is each adapter layer's ``pinned_weights``).
+  store is each adapter layer's ``pinned_weights``). From 0.5.23 sglang refuses such a hit
+  itself (a ``ValueError``): the method is left as it is and the swap-in guard reports the
+  refusal, known by the code it was raised in and its type, never by its text.
 - ``FusedMoEWithLoRA.set_lora_info`` and the Inkling shared sink's ``set_lora_info``, both
   versions (``InklingBatchDenseMLPWithLoRA`` and ``...V2``, in
   ``sglang.srt.models.inkling_common.lora``): the seed-000 contract, dims frozen at the first
@@ -58,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import os
 import re
 import sys
 import weakref
@@ -74,7 +82,15 @@ from .._core.errors import LoRAGuardError, Violation, make_violation
 from .._guarding.layouts import LayoutRegistry
 from .._guarding.shapes import shapes
 from .._reading.adapters import AdapterSpec
-from ._base import AttachReport, CleanVerdicts, Integration, Patch, local_adapter, read_key
+from ._base import (
+    AttachReport,
+    CleanVerdicts,
+    Integration,
+    Patch,
+    loaded_adapter,
+    local_adapter,
+    read_key,
+)
 
 __all__ = ["INTEGRATION", "SET_LORA_INFO_DIMS", "instrument", "uninstrument"]
 
@@ -205,7 +221,8 @@ def _vocab(manager: Any) -> int | None:
 
 
 def _check(manager: Any, lora_ref: Any) -> tuple[list[Violation], AdapterSpec | None]:
-    """The checker's violations for the adapter ``lora_ref`` points at, and its spec."""
+    """The checker's violations for the adapter ``lora_ref`` points at, read from its
+    folder, and its spec."""
     subject = _subject(lora_ref)
     spec, violations = local_adapter(getattr(lora_ref, "lora_path", None), subject)
     if spec is not None:
@@ -215,29 +232,17 @@ def _check(manager: Any, lora_ref: Any) -> tuple[list[Violation], AdapterSpec | 
 
 def _spec_violations(spec: AdapterSpec, limits: ServingLimits, vocab: int | None,
                      subject: str) -> list[Violation]:
-    """`spec_violations` with the server's limits. An adapter read as one found clean before
-    (its config, header and size; the same limits, vocabulary and registered checks) is clean
-    again: a recipe's adapters, one loaded again. The folder is still read each time (the
-    reader's own checks, LG108); one shipping ``added_tokens.json`` is always checked."""
-    key = None
-    if "added_tokens" not in spec.features:
-        key = read_key(spec.config, spec.tensors, tuple(spec.metadata.items()), spec.size,
-                       spec.weights_file, vocab)
-        if _CLEAN.clean(key, limits):
-            return []
-    found = spec_violations(spec, limits, subject=subject, skip=_SGLANG_SETTLES,
-                            vocab_size=vocab)
-    if not found:
-        _CLEAN.remember(key, limits)
-    return found
+    """`spec_violations` with the server's limits and sglang's settled codes."""
+    return spec_violations(spec, limits, subject=subject, skip=_SGLANG_SETTLES,
+                           vocab_size=vocab)
 
 
-_CLEAN = CleanVerdicts("sglang loads found clean: (config, header, size, vocabulary)")
+_CLEAN = CleanVerdicts("sglang loads found clean: (config, tensors, vocabulary)")
 
 
 def _validate_new_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                           kwargs: dict[str, Any]) -> Any:
-    if _IN_LOAD.get() is not instance:  # the load guard checked this adapter already
+    if _IN_LOAD.get() is not instance:  # the load guard checks this adapter itself
         report(_check(instance, _arg(args, kwargs, 1, "lora_ref"))[0])
     return wrapped(*args, **kwargs)
 
@@ -250,31 +255,155 @@ def _failed(manager: Any, message: str) -> Any:
     return io_struct.LoRAUpdateOutput(success=False, error_message=message)
 
 
+class _Read:
+    """One ``load_lora_adapter`` of a local folder under way: the tensors sglang's
+    ``LoRAAdapter`` read (each as ``_process_weight`` received it, before sglang drops or
+    stacks any), checked with the config sglang parsed when its ``_normalize_weights``
+    starts, before anything is transformed or registered beyond the config."""
+
+    __slots__ = ("checked", "folder", "manager", "newly", "refusal", "subject", "tensors",
+                 "uid")
+
+    def __init__(self, manager: Any, uid: Any, folder: Any, subject: str) -> None:
+        self.manager, self.uid, self.folder, self.subject = manager, uid, folder, subject
+        self.tensors: dict[str, Any] = {}
+        self.checked = False
+        self.newly = False
+        """Whether this load admitted the adapter's layout (released if the load fails)."""
+        self.refusal: LoRAGuardError | None = None
+
+
+_READ: contextvars.ContextVar[_Read | None] = contextvars.ContextVar(
+    "lora_guard_sglang_read", default=None)
+_READ_HOOKS = frozenset({("sglang.srt.lora.lora", "LoRAAdapter._process_weight"),
+                         ("sglang.srt.lora.lora", "LoRAAdapter._normalize_weights")})
+"""The hooks that see what sglang reads; without them (a release that lacks one) a load is
+checked from the folder, read first."""
+
+
+def _admit(read: _Read, tensors: Mapping[str, Any]) -> None:
+    """The adapter's MoE layout against the adapters loaded (LG002)."""
+    registry = _registry(read.manager)
+    newly = read.uid not in registry
+    registry.admit(read.uid, tensors)
+    read.newly = newly
+
+
+def _check_folder(read: _Read) -> AdapterSpec | None:
+    """The checks on the folder, read by the checker (sglang has not read it, or refused it
+    before its read reached the checks)."""
+    read.checked = True
+    spec, found = local_adapter(read.folder, read.subject)
+    if spec is not None:
+        found += _spec_violations(spec, _limits(read.manager), _vocab(read.manager),
+                                  read.subject)
+    report(found)
+    return spec
+
+
+def _check_read(read: _Read, config: Any) -> None:
+    """The checks on what sglang read: its parsed ``adapter_config.json`` and the tensors of
+    its weights file, nothing read again (only ``added_tokens.json``, when the folder has
+    one, and the files' rules, as `loaded_adapter` says). A config and tensors found clean
+    before under the same limits, vocabulary and registered checks are clean again."""
+    read.checked = True
+    if not isinstance(config, Mapping):  # not a config as json reads one: read the folder
+        _check_folder(read)
+        _admit(read, read.tensors)
+        return
+    limits, vocab = _limits(read.manager), _vocab(read.manager)
+    key = read_key(config, read.tensors, vocab)
+    if not _CLEAN.clean(key, limits, read.folder):
+        spec, found = loaded_adapter(read.folder, config, read.tensors, read.subject, key=key)
+        if spec is not None:
+            found += _spec_violations(spec, limits, vocab, read.subject)
+        report(found)
+        if not found and spec is not None and "added_tokens" not in spec.features:
+            _CLEAN.remember(key, limits)
+    _admit(read, read.tensors)
+
+
+def _weight_read(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> Any:
+    """``LoRAAdapter._process_weight``: each tensor sglang read, kept (as read) for the
+    checks of the load under way."""
+    read = _READ.get()
+    if read is not None and not read.checked and getattr(instance, "uid", None) == read.uid:
+        read.tensors[_arg(args, kwargs, 0, "name")] = _arg(args, kwargs, 1, "loaded_weight")
+    return wrapped(*args, **kwargs)
+
+
+def _weights_read(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> Any:
+    """``LoRAAdapter._normalize_weights``: sglang has read every tensor; the checks run on
+    them before sglang stacks or drops any (a refusal is sglang's failed result)."""
+    read = _READ.get()
+    if read is not None and not read.checked and getattr(instance, "uid", None) == read.uid:
+        try:
+            _check_read(read, getattr(getattr(instance, "config", None), "hf_config", None))
+        except LoRAGuardError as error:
+            read.refusal = error
+            raise
+    return wrapped(*args, **kwargs)
+
+
 def _load_lora_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                        kwargs: dict[str, Any]) -> Any:
+    """A load of a local folder is checked on what sglang reads (`_weights_read`), before
+    the adapter is made; when sglang refuses first, on the folder, read then. A refusal
+    leaves sglang's registries as they were (sglang records the config before it reads the
+    weights: that entry is put back) and is sglang's failed result with the full message."""
     lora_ref = _arg(args, kwargs, 0, "lora_ref")
     lora_id = getattr(lora_ref, "lora_id", None)
-    registry = _registry(instance)
-    newly = False
-    try:  # sglang's contract: a refused load is a result with the reason, never a raise
-        violations, spec = _check(instance, lora_ref)
-        report(violations)
-        if spec is not None and spec.tensors and isinstance(lora_id, str):
-            newly = lora_id not in registry
-            registry.admit(lora_id, spec.tensors)
-    except LoRAGuardError as error:
-        return _failed(instance, str(error))
-    token = _IN_LOAD.set(instance)
+    folder = getattr(lora_ref, "lora_path", None)
+    if not isinstance(lora_id, str):
+        return wrapped(*args, **kwargs)
+    read = _Read(instance, lora_id, folder, _subject(lora_ref))
+    configs = getattr(instance, "configs", None)
+    before = configs.get(lora_id, _NO_CONFIG) if isinstance(configs, dict) else _NO_CONFIG
+    if not (INTEGRATION._applied.keys() >= _READ_HOOKS and isinstance(folder, (str, os.PathLike))
+            and os.path.isdir(folder)):
+        try:  # no hook sees sglang's read (or a Hub id): the checker reads the folder first
+            spec = _check_folder(read)
+            if spec is not None and spec.tensors:
+                _admit(read, spec.tensors)
+        except LoRAGuardError as error:
+            return _failed(instance, str(error))
+    token, in_load = _READ.set(read), _IN_LOAD.set(instance)
     try:
         result = wrapped(*args, **kwargs)
     finally:
-        _IN_LOAD.reset(token)
-    if getattr(result, "success", True) or not isinstance(lora_id, str):
-        return result
-    if newly:
-        registry.release(lora_id)
+        _IN_LOAD.reset(in_load)
+        _READ.reset(token)
+    if not getattr(result, "success", True):
+        return _load_failed(read, result, before)
+    if not read.checked:  # loaded, unseen by the hooks (a release that reads otherwise)
+        try:
+            spec = _check_folder(read)
+            if spec is not None and spec.tensors:
+                _admit(read, spec.tensors)
+        except LoRAGuardError as error:
+            instance.unload_lora_adapter(lora_ref)  # sglang's own undo of its load
+            return _failed(instance, str(error))
+    return result
+
+
+def _load_failed(read: _Read, result: Any, before: Any) -> Any:
+    """A load that failed: refused by the guard (in sglang's read, or from the folder when
+    sglang refused first), or sglang's own failure, whose leftovers are LG201."""
+    manager, lora_id = read.manager, read.uid
+    if read.newly:
+        _registry(manager).release(lora_id)
+    if not read.checked:  # sglang refused before its read reached the checks
+        try:
+            _check_folder(read)
+        except LoRAGuardError as error:
+            read.refusal = error
+    if read.refusal is not None:
+        _put_back(manager, lora_id, before)
+        return _failed(manager, str(read.refusal))
     stale = [where for where in ("configs", "loras", "lora_refs")
-             if lora_id in (getattr(instance, where, None) or {})]
+             if lora_id in (getattr(manager, where, None) or {})]
     if stale:
         try:
             report([make_violation("LG201", "stale-config", "LoRAManager", uid=lora_id,
@@ -283,6 +412,21 @@ def _load_lora_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[A
             previous = getattr(result, "error_message", "") or ""
             result.error_message = f"{previous}\n{error}" if previous else str(error)
     return result
+
+
+_NO_CONFIG = object()
+
+
+def _put_back(manager: Any, lora_id: str, before: Any) -> None:
+    """``configs[lora_id]`` as it was before a refused load (sglang records an adapter's
+    config before it reads the weights, and a failed read leaves it there)."""
+    configs = getattr(manager, "configs", None)
+    if not isinstance(configs, dict):
+        return
+    if before is _NO_CONFIG:
+        configs.pop(lora_id, None)
+    else:
+        configs[lora_id] = before
 
 
 def _unload_lora_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
@@ -318,8 +462,7 @@ def _init_state(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
     for lora_ref, spec, found in specs:
         violations += found
         if spec is not None:
-            violations += spec_violations(spec, limits, subject=_subject(lora_ref),
-                                          skip=_SGLANG_SETTLES, vocab_size=_vocab(instance))
+            violations += _spec_violations(spec, limits, _vocab(instance), _subject(lora_ref))
     report(violations)  # a server that would start wrong does not start
     for lora_ref, spec, _ in specs:
         lora_id = getattr(lora_ref, "lora_id", None)
@@ -418,7 +561,50 @@ def _load_lora_weight_to_buffer(wrapped: Callable[..., Any], instance: Any,
         found.append(make_violation("LG101", "max", f"adapter {uid!r}", rank=rank,
                                     module="r", max_rank=max_rank))
     report(found)
+    try:
+        return wrapped(*args, **kwargs)
+    except ValueError as error:
+        if not isinstance(error, LoRAGuardError):
+            _engine_refused_hit(instance, error)
+        raise
+
+
+def _engine_refused_hit(pool: Any, error: ValueError) -> None:
+    """LG003, with its fix, for sglang's own refusal of a stale pinned hit (sglang >=
+    0.5.23): a ``ValueError`` raised in ``_get_maybe_cached_weight_for_transfer`` itself
+    (the innermost frame of its traceback runs that method's code), for an entry of
+    another shape or dtype than the weight; any other error is sglang's, unchanged."""
+    tb = error.__traceback__
+    if tb is None or not _CACHE_CODE:
+        return
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb.tb_frame.f_code is not _CACHE_CODE[0]:
+        return
+    found = tb.tb_frame.f_locals
+    _check_cached(pool, (found.get("pinned_weight_store"), found.get("cache_key"),
+                         found.get("weight")), {})
+
+
+def _cached_weight(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> Any:
+    _check_cached(instance, args, kwargs)
     return wrapped(*args, **kwargs)
+
+
+def _cached_fast(original: Callable[..., Any],
+                 guarded: Callable[..., Any]) -> Callable[..., Any]:
+    """Where sglang refuses a stale pinned hit itself (>= 0.5.23), its method is left as it
+    is (a hit costs nothing): the swap-in guard around it, which runs once per adapter
+    swapped in, reports that refusal as LG003 with its fix (`_engine_refused_hit`, which
+    knows the method by its code). Before, every lookup is checked first."""
+    code = getattr(original, "__code__", None)
+    _CACHE_CODE[:] = [] if code is None else [code]
+    return original if _engine_checks_hits() else guarded
+
+
+_CACHE_CODE: list[Any] = []
+"""The code of sglang's ``_get_maybe_cached_weight_for_transfer``, as patched."""
 
 
 def _consults_store(pool: Any, weight: Any) -> bool:
@@ -432,37 +618,6 @@ def _consults_store(pool: Any, weight: Any) -> bool:
     device = getattr(getattr(weight, "device", None), "type", "cpu")
     is_pinned = getattr(weight, "is_pinned", None)
     return device == "cpu" and not (callable(is_pinned) and is_pinned())
-
-
-def _cached_weight(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
-                   kwargs: dict[str, Any]) -> Any:
-    if _engine_checks_hits():
-        # sglang compares a hit's shape and dtype itself and raises before returning it: a
-        # hit costs nothing here, and a refused one is reported with its code and fix
-        try:
-            return wrapped(*args, **kwargs)
-        except ValueError:
-            _check_cached(instance, args, kwargs)
-            raise
-    _check_cached(instance, args, kwargs)
-    return wrapped(*args, **kwargs)
-
-
-def _cached_fast(original: Callable[..., Any],
-                 guarded: Callable[..., Any]) -> Callable[..., Any]:
-    """Where sglang refuses a stale pinned hit itself, the original is called at once and
-    only its refusal is looked at (reported as LG003, with the fix)."""
-    if not _engine_checks_hits():
-        return guarded
-
-    def get_maybe_cached_weight(self: Any, /, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return original(self, *args, **kwargs)
-        except ValueError:
-            if INTEGRATION._active and not STATE.off:
-                _check_cached(self, args, kwargs)
-            raise
-    return get_maybe_cached_weight
 
 
 def _check_cached(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -512,6 +667,7 @@ def _forget() -> None:
     """On uninstrument: the layout registries, and the release's answers."""
     _REGISTRIES.clear()
     _ENGINE_CHECKS.clear()
+    _CACHE_CODE.clear()
 
 
 _SET_LORA_PARAMS = ("self", "gate_up_lora_a_weights", "gate_up_lora_b_weights",
@@ -532,6 +688,10 @@ INTEGRATION = Integration(
         Patch("sglang.srt.lora.lora_manager", "LoRAManager.init_state",
               ("self", "max_lora_rank", "target_modules", "lora_paths"), _init_state,
               optional=True),
+        Patch("sglang.srt.lora.lora", "LoRAAdapter._process_weight",
+              ("self", "name", "loaded_weight"), _weight_read),
+        Patch("sglang.srt.lora.lora", "LoRAAdapter._normalize_weights", ("self",),
+              _weights_read),
         Patch("sglang.srt.lora.mem_pool", "LoRAMemoryPool.prepare_lora_batch",
               ("self", "cur_uids", "lora_adapters", "lora_modules"), _prepare_lora_batch,
               fast=_prepare_fast),
