@@ -187,15 +187,10 @@ def measure(row: str, calls: int, client: str) -> None:
         guard.uninstrument()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("row", choices=ROWS)
-    parser.add_argument("--calls", type=int, default=20, help="calls per arm (default 20)")
-    parser.add_argument("--client", help=argparse.SUPPRESS)  # set when run under valgrind
-    args = parser.parse_args()
-    if args.client:
-        measure(args.row, args.calls, args.client)
-        return 0
+def callgrind_counts(script: str, argv: list[str], calls: int) -> list[tuple[str, float]] | int:
+    """Run ``script argv --calls N --client SO`` under callgrind (instrumentation off until
+    the script's client requests toggle it) and read each dump it asks for: (the dump's
+    name, instructions per call), in dump order; or an exit code when it cannot run."""
     if not shutil.which("valgrind") or not shutil.which("cc"):
         print("needs valgrind and a C compiler (cc) with valgrind/callgrind.h", file=sys.stderr)
         return 2
@@ -204,12 +199,12 @@ def main() -> int:
         (tmp / "client.c").write_text(_CLIENT)
         subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp / "client.so"),
                         str(tmp / "client.c")], check=True)
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-             f"--callgrind-out-file={tmp}/out.%p", sys.executable, __file__, args.row,
-             "--calls", str(args.calls), "--client", str(tmp / "client.so")],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             f"--callgrind-out-file={tmp}/out.%p", sys.executable, script, *argv,
+             "--calls", str(calls), "--client", str(tmp / "client.so")],
+            env={**os.environ, "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True)
         if done.returncode:
             print(done.stderr[-3000:], file=sys.stderr)
             return done.returncode
@@ -219,7 +214,22 @@ def main() -> int:
             name = re.search(r"^desc: Trigger: Client Request: (\S+)", text, re.M)
             total = re.search(r"^totals: (\d+)", text, re.M)
             if name and total:
-                counts.append((name.group(1), int(total.group(1)) / args.calls))
+                counts.append((name.group(1), int(total.group(1)) / calls))
+        return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("row", choices=ROWS)
+    parser.add_argument("--calls", type=int, default=20, help="calls per arm (default 20)")
+    parser.add_argument("--client", help=argparse.SUPPRESS)  # set when run under valgrind
+    args = parser.parse_args()
+    if args.client:
+        measure(args.row, args.calls, args.client)
+        return 0
+    counts = callgrind_counts(__file__, [args.row], args.calls)
+    if isinstance(counts, int):
+        return counts
     print(f"## {args.row}: instructions per call ({args.calls} calls an arm, callgrind)")
     for arm, count in counts:
         print(f"{arm:<8} {count:14,.0f}")

@@ -20,8 +20,6 @@ import argparse
 import ctypes
 import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -30,7 +28,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from bench_callgrind_loads import _CLIENT  # noqa: E402  (one copy of the client requests)
+from bench_callgrind_loads import callgrind_counts  # noqa: E402  (one harness)
 
 
 def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], Any] | None]]:
@@ -140,30 +138,10 @@ def main() -> int:
     if args.client:
         measure(args.calls, args.client)
         return 0
-    if not shutil.which("valgrind") or not shutil.which("cc"):
-        print("needs valgrind and a C compiler (cc) with valgrind/callgrind.h", file=sys.stderr)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="lora-guard-callgrind-") as folder:
-        tmp = Path(folder)
-        (tmp / "client.c").write_text(_CLIENT)
-        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp / "client.so"),
-                        str(tmp / "client.c")], check=True)
-        done = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-             f"--callgrind-out-file={tmp}/out.%p", sys.executable, __file__,
-             "--calls", str(args.calls), "--client", str(tmp / "client.so")],
-            env={**os.environ, "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True)
-        if done.returncode:
-            print(done.stderr[-3000:], file=sys.stderr)
-            return done.returncode
-        counts: dict[int, float] = {}
-        for dump in tmp.glob("out.*.*"):
-            text = dump.read_text()
-            name = re.search(r"^desc: Trigger: Client Request: part(\d+)", text, re.M)
-            total = re.search(r"^totals: (\d+)", text, re.M)
-            if name and total:
-                counts[int(name.group(1))] = int(total.group(1)) / args.calls
+    found = callgrind_counts(__file__, [], args.calls)
+    if isinstance(found, int):
+        return found
+    counts = {int(name.removeprefix("part")): count for name, count in found}
     names = _names()
     print(f"## vLLM first load, lora_guard's check by part: instructions per call "
           f"({args.calls} calls a part, callgrind)")
