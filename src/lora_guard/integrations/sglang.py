@@ -289,16 +289,17 @@ def _admit(read: _Read, tensors: Mapping[str, Any]) -> None:
     read.newly = newly
 
 
-def _check_folder(read: _Read) -> AdapterSpec | None:
+def _check_folder(read: _Read, *, admit: bool = False) -> None:
     """The checks on the folder, read by the checker (sglang has not read it, or refused it
-    before its read reached the checks)."""
+    before its read reached the checks); ``admit``: then its layout (LG002)."""
     read.checked = True
     spec, found = local_adapter(read.folder, read.subject)
     if spec is not None:
         found += _spec_violations(spec, _limits(read.manager), _vocab(read.manager),
                                   read.subject)
     report(found)
-    return spec
+    if admit and spec is not None and spec.tensors:
+        _admit(read, spec.tensors)
 
 
 def _check_read(read: _Read, config: Any) -> None:
@@ -364,9 +365,7 @@ def _load_lora_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[A
     if not (INTEGRATION._applied.keys() >= _READ_HOOKS and isinstance(folder, (str, os.PathLike))
             and os.path.isdir(folder)):
         try:  # no hook sees sglang's read (or a Hub id): the checker reads the folder first
-            spec = _check_folder(read)
-            if spec is not None and spec.tensors:
-                _admit(read, spec.tensors)
+            _check_folder(read, admit=True)
         except LoRAGuardError as error:
             return _failed(instance, str(error))
     token, in_load = _READ.set(read), _IN_LOAD.set(instance)
@@ -379,9 +378,7 @@ def _load_lora_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[A
         return _load_failed(read, result, before)
     if not read.checked:  # loaded, unseen by the hooks (a release that reads otherwise)
         try:
-            spec = _check_folder(read)
-            if spec is not None and spec.tensors:
-                _admit(read, spec.tensors)
+            _check_folder(read, admit=True)
         except LoRAGuardError as error:
             instance.unload_lora_adapter(lora_ref)  # sglang's own undo of its load
             return _failed(instance, str(error))
