@@ -65,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -484,25 +485,31 @@ def _empty_marker(pool: Any) -> Any:
 
 def _prepare_lora_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any]) -> Any:
-    cur_uids = args[0] if args else kwargs.get("cur_uids")
+    """A batch needing more adapters than slots (LG201, before sglang changes anything);
+    the slot maps before the step when they changed since the last (an unload, a write
+    behind the pool's back) and after it."""
+    cur_uids = _arg(args, kwargs, 0, "cur_uids")
     slots = getattr(instance, "max_loras_per_batch", None)
     if isinstance(slots, int) and cur_uids is not None:
         needed = len(cur_uids if type(cur_uids) is set else set(cur_uids))
         if needed > slots:
             report([make_violation("LG201", "exhausted", "LoRAMemoryPool.prepare_lora_batch",
                                    needed=needed, slots=slots)])
+    _verify_maps(instance)
     result = wrapped(*args, **kwargs)
     _verify_maps(instance)
     return result
 
 
 def _verify_maps(pool: Any) -> None:
-    """LG201 for slot maps out of step, unless they are the maps verified last."""
+    """LG201 for slot maps out of step, unless they are sealed (`_SlotMap`): verified, and
+    not written since. Found consistent, they are sealed (in the pool's place, the first
+    time)."""
     uid_to_slot = getattr(pool, "uid_to_buffer_id", None)
     slot_to_uid = getattr(pool, "buffer_id_to_uid", None)
-    verified = getattr(pool, "__dict__", _NOTHING).get(_VERIFIED_MAPS)
-    if verified is not None and verified[1] == slot_to_uid and verified[0] == uid_to_slot:
-        return  # the maps this guard verified last, unchanged: nothing new to check
+    seal = getattr(uid_to_slot, "seal", None)
+    if seal is not None and seal.intact and getattr(slot_to_uid, "seal", None) is seal:
+        return  # the maps this guard verified last, not written since: nothing to check
     if isinstance(uid_to_slot, Mapping) and slot_to_uid is not None:
         slots = getattr(pool, "max_loras_per_batch", None)
         found = check_slot_maps_violations(
@@ -510,36 +517,141 @@ def _verify_maps(pool: Any) -> None:
             empty=_empty_marker(pool), subject="LoRAMemoryPool slot maps")
         report(found)
         if not found:
-            with contextlib.suppress(AttributeError, TypeError):
-                vars(pool)[_VERIFIED_MAPS] = (dict(uid_to_slot), list(slot_to_uid))
+            _seal(pool, uid_to_slot, slot_to_uid)
 
 
-_NOTHING: dict[str, Any] = {}
+class _Seal:
+    """Shared by a pool's two slot maps: ``intact`` from their verification until a write
+    to either."""
+
+    __slots__ = ("intact",)
+
+    def __init__(self) -> None:
+        self.intact = True
+
+
+class _UidSlots(dict[Any, Any]):
+    """sglang's ``uid_to_buffer_id`` once verified, in its place: the same dict, which also
+    hears every write to it (reads are the dict's own, at C speed). ``own`` is sglang's
+    dict, given back (with the current entries) on uninstrument; a copy or a pickle is a
+    plain dict."""
+
+    __slots__ = ("own", "seal")
+
+    def __init__(self, own: dict[Any, Any], seal: _Seal) -> None:
+        super().__init__(own)
+        self.own, self.seal = own, seal
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return dict, (dict(self),)
+
+
+class _SlotUids(list[Any]):
+    """sglang's ``buffer_id_to_uid`` once verified, in its place (as `_UidSlots`); a copy or
+    a pickle is a plain list."""
+
+    __slots__ = ("own", "seal")
+
+    def __init__(self, own: list[Any], seal: _Seal) -> None:
+        super().__init__(own)
+        self.own, self.seal = own, seal
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return list, (list(self),)
+
+
+def _hearing(base: type, name: str) -> Callable[..., Any]:
+    write = getattr(base, name)
+
+    def heard(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.seal.intact = False
+        return write(self, *args, **kwargs)
+    heard.__name__ = heard.__qualname__ = name
+    return heard
+
+
+for _name in ("__setitem__", "__delitem__", "__ior__", "pop", "popitem", "clear", "update",
+              "setdefault"):
+    setattr(_UidSlots, _name, _hearing(dict, _name))
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
+              "insert", "pop", "remove", "clear", "sort", "reverse"):
+    setattr(_SlotUids, _name, _hearing(list, _name))
+del _name
+
+_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The pools whose slot maps are sealed (given sglang's own maps back on uninstrument)."""
+
+
+def _seal(pool: Any, uid_to_slot: Any, slot_to_uid: Any) -> None:
+    """The pool's maps, found consistent, sealed: their seal made intact, or, the first time
+    (sglang's own dict and list), maps that hear their writes put in their place."""
+    seal = getattr(uid_to_slot, "seal", None)
+    if seal is not None and getattr(slot_to_uid, "seal", None) is seal:
+        seal.intact = True
+        return
+    kinds = (type(uid_to_slot), type(slot_to_uid))
+    if kinds == (_UidSlots, _SlotUids):  # each sealed, not together: sealed anew together
+        uid_to_slot.seal = slot_to_uid.seal = _Seal()
+        return
+    if kinds != (dict, list):  # not sglang's types: nothing sealed, every step verified
+        return
+    seal = _Seal()
+    with contextlib.suppress(AttributeError, TypeError):  # a pool without a __dict__
+        maps = vars(pool)
+        maps["uid_to_buffer_id"] = _UidSlots(uid_to_slot, seal)
+        maps["buffer_id_to_uid"] = _SlotUids(slot_to_uid, seal)
+        _POOLS.add(pool)
+
+
+def _unseal(pool: Any) -> None:
+    """sglang's own dict and list back in the pool, holding the maps' current entries."""
+    maps = vars(pool)
+    uid_to_slot, slot_to_uid = maps.get("uid_to_buffer_id"), maps.get("buffer_id_to_uid")
+    if type(uid_to_slot) is _UidSlots:
+        own = uid_to_slot.own
+        own.clear()
+        own.update(uid_to_slot)
+        maps["uid_to_buffer_id"] = own
+    if type(slot_to_uid) is _SlotUids:
+        slot_to_uid.own[:] = slot_to_uid
+        maps["buffer_id_to_uid"] = slot_to_uid.own
+
+
+_PREPARE_PARAMS = ("self", "cur_uids", "lora_adapters", "lora_modules", "lora_refs",
+                   "lora_embed_tokens_module", "lora_lm_head_module")
 
 
 def _prepare_fast(original: Callable[..., Any],
                   guarded: Callable[..., Any]) -> Callable[..., Any]:
     """Every step prepares the batch's slots. A set of adapters that fits the pool, on a pool
-    whose maps were verified, calls the original at once and only compares the maps with
-    the verified copies after it (most steps: the adapters are resident, nothing moved)."""
-    def prepare_lora_batch(self: Any, /, *args: Any, **kwargs: Any) -> Any:
-        verified = getattr(self, "__dict__", _NOTHING).get(_VERIFIED_MAPS)
-        cur_uids = args[0] if args else kwargs.get("cur_uids")  # sglang: by keyword
-        if verified is None or type(cur_uids) is not set or \
-                len(cur_uids) > self.max_loras_per_batch:
-            return guarded(self, *args, **kwargs)
-        result = original(self, *args, **kwargs)
-        if (verified[1] != self.buffer_id_to_uid or verified[0] != self.uid_to_buffer_id) \
-                and INTEGRATION._active and not STATE.off:
-            _verify_maps(self)
+    whose maps are sealed, calls sglang's method at once; after it, the maps are verified
+    only if it wrote them (most steps: the adapters are resident, nothing written, nothing
+    compared). Its parameters are sglang's own (every supported release): passed on by
+    position, Python's cheapest call; a release that changes them gets the guarded path."""
+    code = getattr(original, "__code__", None)
+    if code is None or code.co_varnames[:code.co_argcount] != _PREPARE_PARAMS or \
+            code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or \
+            code.co_kwonlyargcount or getattr(original, "__defaults__", None):
+        return guarded
+
+    def prepare_lora_batch(self: Any, cur_uids: Any, lora_adapters: Any, lora_modules: Any,
+                           lora_refs: Any, lora_embed_tokens_module: Any,
+                           lora_lm_head_module: Any) -> Any:
+        try:
+            seal = self.uid_to_buffer_id.seal
+            sealed = seal.intact and self.buffer_id_to_uid.seal is seal and \
+                type(cur_uids) is set and len(cur_uids) <= self.max_loras_per_batch
+        except (AttributeError, TypeError):  # sglang's own maps (not verified yet)
+            sealed = False
+        if not sealed:
+            return guarded(self, cur_uids, lora_adapters, lora_modules, lora_refs,
+                           lora_embed_tokens_module, lora_lm_head_module)
+        result = original(self, cur_uids, lora_adapters, lora_modules, lora_refs,
+                          lora_embed_tokens_module, lora_lm_head_module)
+        if not seal.intact and INTEGRATION._active and not STATE.off:
+            _verify_maps(self)  # an adapter swapped in: the maps sglang wrote
         return result
     return prepare_lora_batch
-
-
-_VERIFIED_MAPS = "_lora_guard_verified_slot_maps"
-"""Copies of the pool's slot maps as this guard last found them consistent, kept on the pool:
-a step that leaves them as they were has nothing new to check (most steps: the adapters of
-the batch are resident)."""
 
 
 def _load_lora_weight_to_buffer(wrapped: Callable[..., Any], instance: Any,
@@ -661,7 +773,10 @@ def _set_lora_info(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
 
 
 def _forget() -> None:
-    """On uninstrument: the layout registries, and the release's answers."""
+    """On uninstrument: the layout registries, the release's answers, sglang's own maps."""
+    for pool in list(_POOLS):
+        _unseal(pool)
+    _POOLS.clear()
     _REGISTRIES.clear()
     _ENGINE_CHECKS.clear()
     _CACHE_CODE.clear()
