@@ -104,12 +104,6 @@ def check_cache_entry(key: object, cached: Any, weight: Any) -> Violation | None
 # --- LG201: slot maps ----------------------------------------------------------------------
 
 
-def _slot_items(slot_to_uid: Mapping[int, Any] | Sequence[Any]) -> Iterable[tuple[int, Any]]:
-    if isinstance(slot_to_uid, Mapping):
-        return slot_to_uid.items()
-    return enumerate(slot_to_uid)
-
-
 def check_slot_maps_violations(
     uid_to_slot: Mapping[Any, int],
     slot_to_uid: Mapping[int, Any] | Sequence[Any],
@@ -123,9 +117,16 @@ def check_slot_maps_violations(
     ``slot_to_uid`` is a mapping or a list indexed by slot; a slot holding ``empty`` is free.
     """
     found: list[Violation] = []
-    if slots is None and not isinstance(slot_to_uid, Mapping):
-        slots = len(slot_to_uid)
-    holder = {slot: uid for slot, uid in _slot_items(slot_to_uid) if not _is_empty(uid, empty)}
+    if isinstance(slot_to_uid, Mapping):
+        pairs: Iterable[tuple[int, Any]] = slot_to_uid.items()
+    else:
+        pairs = enumerate(slot_to_uid)
+        if slots is None:
+            slots = len(slot_to_uid)
+    # a free slot holds ``empty`` (the same object, or one equal to it); inline: this check
+    # runs after each adapter an engine swaps in
+    holder = {slot: uid for slot, uid in pairs
+              if uid is not empty and (empty is None or not uid == empty)}
     for uid, slot in uid_to_slot.items():
         if slots is not None and not (isinstance(slot, int) and 0 <= slot < slots):
             found.append(
@@ -140,7 +141,12 @@ def check_slot_maps_violations(
                 )
             )
     for slot, uid in holder.items():
-        mapped = uid_to_slot.get(uid, None) if _hashable(uid) else None
+        try:
+            mapped = uid_to_slot.get(uid, None)
+        except TypeError:
+            if _hashable(uid):
+                raise
+            mapped = None  # an unhashable id is in no dict
         if mapped != slot:
             found.append(
                 make_violation(
@@ -153,10 +159,6 @@ def check_slot_maps_violations(
             make_violation("LG201", "exhausted", subject, needed=len(uid_to_slot), slots=slots)
         )
     return found
-
-
-def _is_empty(uid: object, empty: object) -> bool:
-    return uid is empty or (empty is not None and uid == empty)
 
 
 def _hashable(obj: object) -> bool:

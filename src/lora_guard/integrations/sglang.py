@@ -502,13 +502,12 @@ def _prepare_lora_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[
 
 
 def _verify_maps(pool: Any) -> None:
-    """LG201 for slot maps out of step, unless they are sealed (`_SlotMap`): verified, and
-    not written since. Found consistent, they are sealed (in the pool's place, the first
-    time)."""
+    """LG201 for slot maps out of step, unless they are as verified last (`_SlotUids`).
+    Found consistent, they are remembered so (sglang's list replaced, the first time)."""
     uid_to_slot = getattr(pool, "uid_to_buffer_id", None)
     slot_to_uid = getattr(pool, "buffer_id_to_uid", None)
-    seal = getattr(uid_to_slot, "seal", None)
-    if seal is not None and seal.intact and getattr(slot_to_uid, "seal", None) is seal:
+    uids = getattr(slot_to_uid, "uids", None)
+    if uids is not None and uids == uid_to_slot:
         return  # the maps this guard verified last, not written since: nothing to check
     if isinstance(uid_to_slot, Mapping) and slot_to_uid is not None:
         slots = getattr(pool, "max_loras_per_batch", None)
@@ -517,104 +516,69 @@ def _verify_maps(pool: Any) -> None:
             empty=_empty_marker(pool), subject="LoRAMemoryPool slot maps")
         report(found)
         if not found:
-            _seal(pool, uid_to_slot, slot_to_uid)
-
-
-class _Seal:
-    """Shared by a pool's two slot maps: ``intact`` from their verification until a write
-    to either."""
-
-    __slots__ = ("intact",)
-
-    def __init__(self) -> None:
-        self.intact = True
-
-
-class _UidSlots(dict[Any, Any]):
-    """sglang's ``uid_to_buffer_id`` once verified, in its place: the same dict, which also
-    hears every write to it (reads are the dict's own, at C speed). ``own`` is sglang's
-    dict, given back (with the current entries) on uninstrument; a copy or a pickle is a
-    plain dict."""
-
-    __slots__ = ("own", "seal")
-
-    def __init__(self, own: dict[Any, Any], seal: _Seal) -> None:
-        super().__init__(own)
-        self.own, self.seal = own, seal
-
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        return dict, (dict(self),)
+            _verified(pool, uid_to_slot, slot_to_uid)
 
 
 class _SlotUids(list[Any]):
-    """sglang's ``buffer_id_to_uid`` once verified, in its place (as `_UidSlots`); a copy or
-    a pickle is a plain list."""
+    """sglang's ``buffer_id_to_uid``, in its place once this guard has found the pool's slot
+    maps consistent: the same list, which also hears every write to it (reads are the
+    list's own). ``uids`` is a copy of ``uid_to_buffer_id`` as verified with it, None after
+    any write to the list (sglang writes both maps when it evicts, loads or removes an
+    adapter); a write to the dict alone shows as the dict no longer equal to ``uids``.
+    ``own`` is sglang's list, given back (holding the current slots) on uninstrument; a
+    copy or a pickle is a plain list."""
 
-    __slots__ = ("own", "seal")
+    __slots__ = ("own", "uids")
 
-    def __init__(self, own: list[Any], seal: _Seal) -> None:
+    def __init__(self, own: list[Any], uids: dict[Any, Any]) -> None:
         super().__init__(own)
-        self.own, self.seal = own, seal
+        self.own: list[Any] = own
+        self.uids: dict[Any, Any] | None = uids
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         return list, (list(self),)
 
 
-def _hearing(base: type, name: str) -> Callable[..., Any]:
-    write = getattr(base, name)
+def _hearing(name: str) -> Callable[..., Any]:
+    write = getattr(list, name)
 
-    def heard(self: Any, /, *args: Any, **kwargs: Any) -> Any:
-        self.seal.intact = False
+    def heard(self: _SlotUids, /, *args: Any, **kwargs: Any) -> Any:
+        self.uids = None
         return write(self, *args, **kwargs)
     heard.__name__ = heard.__qualname__ = name
     return heard
 
 
-for _name in ("__setitem__", "__delitem__", "__ior__", "pop", "popitem", "clear", "update",
-              "setdefault"):
-    setattr(_UidSlots, _name, _hearing(dict, _name))
 for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
               "insert", "pop", "remove", "clear", "sort", "reverse"):
-    setattr(_SlotUids, _name, _hearing(list, _name))
+    setattr(_SlotUids, _name, _hearing(_name))
 del _name
 
 _POOLS: weakref.WeakSet[Any] = weakref.WeakSet()
-"""The pools whose slot maps are sealed (given sglang's own maps back on uninstrument)."""
+"""The pools whose ``buffer_id_to_uid`` is a `_SlotUids` (given sglang's list back on
+uninstrument)."""
 
 
-def _seal(pool: Any, uid_to_slot: Any, slot_to_uid: Any) -> None:
-    """The pool's maps, found consistent, sealed: their seal made intact, or, the first time
-    (sglang's own dict and list), maps that hear their writes put in their place."""
-    seal = getattr(uid_to_slot, "seal", None)
-    if seal is not None and getattr(slot_to_uid, "seal", None) is seal:
-        seal.intact = True
-        return
-    kinds = (type(uid_to_slot), type(slot_to_uid))
-    if kinds == (_UidSlots, _SlotUids):  # each sealed, not together: sealed anew together
-        uid_to_slot.seal = slot_to_uid.seal = _Seal()
-        return
-    if kinds != (dict, list):  # not sglang's types: nothing sealed, every step verified
-        return
-    seal = _Seal()
-    with contextlib.suppress(AttributeError, TypeError):  # a pool without a __dict__
-        maps = vars(pool)
-        maps["uid_to_buffer_id"] = _UidSlots(uid_to_slot, seal)
-        maps["buffer_id_to_uid"] = _SlotUids(slot_to_uid, seal)
-        _POOLS.add(pool)
+def _verified(pool: Any, uid_to_slot: Mapping[Any, Any], slot_to_uid: Any) -> None:
+    """Remember the pool's maps as verified: a copy of the dict on the list that hears its
+    writes (put in the place of sglang's list, the first time)."""
+    uids = dict(uid_to_slot)
+    if type(slot_to_uid) is _SlotUids:
+        slot_to_uid.uids = uids
+    elif type(slot_to_uid) is list:  # another type: nothing remembered, every step verified
+        with contextlib.suppress(AttributeError, TypeError):  # a pool that refuses it
+            # set as sglang sets it (``vars(pool)`` would turn the pool's attributes into a
+            # dict of their own: sglang's every ``self.`` read a little slower)
+            pool.buffer_id_to_uid = _SlotUids(slot_to_uid, uids)
+            _POOLS.add(pool)
 
 
 def _unseal(pool: Any) -> None:
-    """sglang's own dict and list back in the pool, holding the maps' current entries."""
-    maps = vars(pool)
-    uid_to_slot, slot_to_uid = maps.get("uid_to_buffer_id"), maps.get("buffer_id_to_uid")
-    if type(uid_to_slot) is _UidSlots:
-        own = uid_to_slot.own
-        own.clear()
-        own.update(uid_to_slot)
-        maps["uid_to_buffer_id"] = own
+    """sglang's own list back in the pool, holding the current slots."""
+    slot_to_uid = getattr(pool, "buffer_id_to_uid", None)
     if type(slot_to_uid) is _SlotUids:
         slot_to_uid.own[:] = slot_to_uid
-        maps["buffer_id_to_uid"] = slot_to_uid.own
+        pool.buffer_id_to_uid = slot_to_uid.own
 
 
 _PREPARE_PARAMS = ("self", "cur_uids", "lora_adapters", "lora_modules", "lora_refs",
@@ -623,11 +587,11 @@ _PREPARE_PARAMS = ("self", "cur_uids", "lora_adapters", "lora_modules", "lora_re
 
 def _prepare_fast(original: Callable[..., Any],
                   guarded: Callable[..., Any]) -> Callable[..., Any]:
-    """Every step prepares the batch's slots. A set of adapters that fits the pool, on a pool
-    whose maps are sealed, calls sglang's method at once; after it, the maps are verified
-    only if it wrote them (most steps: the adapters are resident, nothing written, nothing
-    compared). Its parameters are sglang's own (every supported release): passed on by
-    position, Python's cheapest call; a release that changes them gets the guarded path."""
+    """Every step prepares the batch's slots. A batch that fits the pool, on maps as verified
+    last, calls sglang's method at once; after it, the maps are verified only if it wrote
+    them (most steps: the adapters are resident, nothing written). Its parameters are
+    sglang's own (every supported release): passed on by position, Python's cheapest call;
+    a release that changes them gets the guarded path."""
     code = getattr(original, "__code__", None)
     if code is None or code.co_varnames[:code.co_argcount] != _PREPARE_PARAMS or \
             code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or \
@@ -637,18 +601,18 @@ def _prepare_fast(original: Callable[..., Any],
     def prepare_lora_batch(self: Any, cur_uids: Any, lora_adapters: Any, lora_modules: Any,
                            lora_refs: Any, lora_embed_tokens_module: Any,
                            lora_lm_head_module: Any) -> Any:
-        try:
-            seal = self.uid_to_buffer_id.seal
-            sealed = seal.intact and self.buffer_id_to_uid.seal is seal and \
-                type(cur_uids) is set and len(cur_uids) <= self.max_loras_per_batch
-        except (AttributeError, TypeError):  # sglang's own maps (not verified yet)
-            sealed = False
-        if not sealed:
+        slot_to_uid = self.buffer_id_to_uid
+        try:  # len: at most as many adapters as slots, whatever the collection
+            ready = slot_to_uid.uids == self.uid_to_buffer_id and \
+                len(cur_uids) <= self.max_loras_per_batch
+        except (AttributeError, TypeError):  # sglang's own list (not verified yet)
+            ready = False
+        if not ready:
             return guarded(self, cur_uids, lora_adapters, lora_modules, lora_refs,
                            lora_embed_tokens_module, lora_lm_head_module)
         result = original(self, cur_uids, lora_adapters, lora_modules, lora_refs,
                           lora_embed_tokens_module, lora_lm_head_module)
-        if not seal.intact and INTEGRATION._active and not STATE.off:
+        if slot_to_uid.uids is None and INTEGRATION._active and not STATE.off:
             _verify_maps(self)  # an adapter swapped in: the maps sglang wrote
         return result
     return prepare_lora_batch
