@@ -6,7 +6,7 @@ nothing; the guards decide what to do with them according to the mode.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lora_guard._core.errors import Violation, make_violation
@@ -117,16 +117,9 @@ def check_slot_maps_violations(
     ``slot_to_uid`` is a mapping or a list indexed by slot; a slot holding ``empty`` is free.
     """
     found: list[Violation] = []
-    if isinstance(slot_to_uid, Mapping):
-        pairs: Iterable[tuple[int, Any]] = slot_to_uid.items()
-    else:
-        pairs = enumerate(slot_to_uid)
-        if slots is None:
-            slots = len(slot_to_uid)
-    # a free slot holds ``empty`` (the same object, or one equal to it); inline: this check
-    # runs after each adapter an engine swaps in
-    holder = {slot: uid for slot, uid in pairs
-              if uid is not empty and (empty is None or not uid == empty)}
+    if slots is None and not isinstance(slot_to_uid, Mapping):
+        slots = len(slot_to_uid)
+    holder = _held(slot_to_uid, empty)
     for uid, slot in uid_to_slot.items():
         if slots is not None and not (isinstance(slot, int) and 0 <= slot < slots):
             found.append(
@@ -141,12 +134,7 @@ def check_slot_maps_violations(
                 )
             )
     for slot, uid in holder.items():
-        try:
-            mapped = uid_to_slot.get(uid, None)
-        except TypeError:
-            if _hashable(uid):
-                raise
-            mapped = None  # an unhashable id is in no dict
+        mapped = _slot_of(uid_to_slot, uid)
         if mapped != slot:
             found.append(
                 make_violation(
@@ -159,6 +147,22 @@ def check_slot_maps_violations(
             make_violation("LG201", "exhausted", subject, needed=len(uid_to_slot), slots=slots)
         )
     return found
+
+
+def _held(slot_to_uid: Mapping[int, Any] | Sequence[Any], empty: object) -> dict[int, Any]:
+    """The slots in use: slot -> uid (a free slot holds ``empty``, or a value equal to it)."""
+    pairs = slot_to_uid.items() if isinstance(slot_to_uid, Mapping) else enumerate(slot_to_uid)
+    return {slot: uid for slot, uid in pairs
+            if uid is not empty and (empty is None or uid != empty)}
+
+
+def _slot_of(uid_to_slot: Mapping[Any, int], uid: object) -> int | None:
+    try:
+        return uid_to_slot.get(uid, None)
+    except TypeError:
+        if _hashable(uid):
+            raise
+        return None  # an unhashable id is in no map
 
 
 def _hashable(obj: object) -> bool:
