@@ -38,8 +38,10 @@ the checker on the files report the same codes (the engine tier asserts it adapt
   ``--lora-target-modules``, and their MoE layouts (LG002), before any is loaded: a server
   that would serve them wrong does not start. ``unload_lora_adapter`` releases a layout.
 - ``LoRAMemoryPool.prepare_lora_batch``: a batch needing more adapters than slots (LG201,
-  before sglang's assert), then the slot maps ``uid_to_buffer_id`` / ``buffer_id_to_uid``
-  (LG201, `lora_guard.check_slot_maps`).
+  before sglang's assert, its LRU marks or any map write), then the slot maps
+  ``uid_to_buffer_id`` / ``buffer_id_to_uid`` (LG201, `lora_guard.check_slot_maps`) when they
+  changed: once verified, the slot list is a list that hears its writes (copies and pickles
+  are plain lists; ``uninstrument`` gives sglang its own list back).
 - ``LoRAMemoryPool.load_lora_weight_to_buffer``: a slot out of range (LG201) or an adapter
   rank above the pool's (LG101) before the buffer is written; sglang's own refusal of a
   stale pinned hit (0.5.23 on) as LG003 with its fix.
