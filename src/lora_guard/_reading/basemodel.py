@@ -39,6 +39,12 @@ _TOWER_CONFIGS = {
 """The config keys that say a model has a non-text tower."""
 
 
+_BY_PATH = frozenset(("gate_proj", "up_proj", "w1", "w3", "gate_up_proj", "down_proj", "w2",
+                      "c_fc", "c_proj"))
+"""The module types whose dims `BaseModelDims.expected` reads from the module's path too (the
+MLP's size: a shared expert's own; GPT-2's ``c_proj`` in attention or in the MLP)."""
+
+
 @dataclass(frozen=True)
 class BaseModelDims:
     """The module dims of a base model, from its ``config.json``.
@@ -147,10 +153,12 @@ class BaseModelDims:
         answer is computed once per base (the checker asks for every module of every
         adapter); the module path matters only for a shared expert and GPT-2's ``c_proj``.
         """
-        tail = module + "."
-        key = (target, moe, ".shared_expert." in tail or ".shared_experts." in tail,
-               ".mlp." in tail)
-        known: dict[tuple[str, bool, bool, bool], Any] | None = self.__dict__.get("_known")
+        key: tuple[str, bool] | tuple[str, bool, bool, bool] = (target, moe)
+        if moe or target in _BY_PATH:
+            tail = module + "."
+            key = (target, moe, ".shared_expert." in tail or ".shared_experts." in tail,
+                   ".mlp." in tail)
+        known: dict[tuple[Any, ...], Any] | None = self.__dict__.get("_known")
         if known is None:
             known = {}
             object.__setattr__(self, "_known", known)

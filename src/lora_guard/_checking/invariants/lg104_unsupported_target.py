@@ -163,15 +163,18 @@ def _embeddings_not_served(ctx: AdapterContext) -> list[Violation]:
     does not list in its ``embedding_modules``, which vLLM refuses at load; no verdict for an
     architecture vLLM's table does not hold."""
     base = ctx.limits.base
+    on_embeddings = {m.target: m.module for m in ctx.spec.modules.values()
+                     if m.target in EMBEDDINGS}
+    if base is None or not on_embeddings:  # (most adapters: no LoRA on an embedding)
+        return []
     _, _, version = (ctx.limits.engine or "").partition("==")
     table = embedding_lora(version or VLLM.releases[0])  # the release's own table
-    arch = next((a for a in base.architectures if a in table), None) if base else None
+    arch = next((a for a in base.architectures if a in table), None)
     if arch is None:
         return []
     served = table[arch]
     engine = ctx.limits.engine or "the server"
-    hits = {m.target: m.module for m in ctx.spec.modules.values()
-            if m.target in EMBEDDINGS and m.target not in served}
+    hits = {target: module for target, module in on_embeddings.items() if target not in served}
     return [make_violation("LG104", "embedding-architecture", ctx.subject, module=module,
                            target=target, architecture=arch, engine=engine,
                            served=", ".join(sorted(served)) or "none")

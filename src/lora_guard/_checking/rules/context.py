@@ -16,7 +16,7 @@ from lora_guard._checking.registry import ModuleRule, module_rules
 from lora_guard._checking.rules.recipe_outcome import ModuleOutcome, RecipeOutcome
 from lora_guard._checking.rules.shared import Expected, Grouped, more
 from lora_guard._core.errors import Violation, make_violation
-from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
+from lora_guard._reading.adapters import AdapterSpec, FrozenConfig, LoRAModuleSpec
 from lora_guard._reading.grammar import PARTS_FIELDS
 
 __all__ = ["AdapterContext", "ModuleContext", "ModulePass", "grouped_violations"]
@@ -124,6 +124,7 @@ class AdapterContext:
         config = self.spec.config
         bd = config.get("use_bdlora")
         ctx = ModuleContext(self.subject, types.MappingProxyType(
+            config.fields(PARTS_FIELDS) if type(config) is FrozenConfig else
             {name: config[name] for name in PARTS_FIELDS if name in config}),
             self.limits, self.vocab_size, self.module_dims)
         empty = self.empty[1]
