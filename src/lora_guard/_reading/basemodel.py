@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -136,6 +137,20 @@ class BaseModelDims:
             architectures=tuple(a for a in architectures if isinstance(a, str))
             if isinstance(architectures, list) else (),
         )
+
+    def __hash__(self) -> int:
+        """The hash of the fields, computed once (a guard's memo of the module pass is looked
+        up by the base's dims at every load)."""
+        found: int | None = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(tuple([getattr(self, f.name) for f in dataclasses.fields(self)]))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields alone: what is remembered of them (a hash of this process's strings,
+        the answers of `expected`) is found again where the dims are unpickled."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def _mlp(self, module: str, moe: bool) -> int | None:
         if moe:

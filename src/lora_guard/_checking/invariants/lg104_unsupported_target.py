@@ -44,9 +44,8 @@ def is_served(module: LoRAModuleSpec, served: Collection[str], slices: bool = Fa
 @module_rule("LG104")
 def served_module(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
                   found: list[Violation]) -> None:
-    served = ctx.limits.target_modules
-    if served is not None and not is_served(
-            module, served, "packed-slices" in ctx.limits.engine_rules):
+    served = ctx.target_modules
+    if served is not None and not is_served(module, served, "packed-slices" in ctx.engine_rules):
         grouped.add(("LG104", "module", module.target), module.module,
                     {"target": module.target, "served": ", ".join(sorted(served))})
 

@@ -228,8 +228,8 @@ def fits_base(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
     module_dims = ctx.module_dims
     if module_dims is not None and module.module in module_dims:
         _check_fit(module, *module_dims[module.module], grouped)
-    elif ctx.limits.base is not None:
-        _check_base(module, ctx.limits.base, grouped, ctx.limits.engine_rules)
+    elif ctx.base is not None:
+        _check_base(module, ctx.base, grouped, ctx.engine_rules)
     elif ctx.vocab_size is not None:
         _check_vocab(module, ctx.vocab_size, grouped)
 
