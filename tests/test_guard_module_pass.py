@@ -20,8 +20,9 @@ _BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
 
 
-def _codes(spec: lg.AdapterSpec, limits: lg.ServingLimits, **kw: int) -> list[str]:
-    return [v.code for v in spec_violations(spec, limits, **kw)]
+def _codes(spec: lg.AdapterSpec, limits: lg.ServingLimits,
+           vocab_size: int | None = None) -> list[str]:
+    return [v.code for v in spec_violations(spec, limits, vocab_size=vocab_size)]
 
 
 def test_a_recipes_second_adapter_reuses_the_first_ones_module_pass(

@@ -54,8 +54,9 @@ def served_module(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
 def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     spec, subject = ctx.spec, ctx.subject
     rules = ctx.limits.engine_rules
-    plain = "plain-embeddings-refused" in rules
-    saved = "saved-embeddings-refused" in rules
+    extra = bool(spec.extra_keys)  # where saved embedding weights would be
+    plain = extra and "plain-embeddings-refused" in rules
+    saved = extra and "saved-embeddings-refused" in rules
     shared = [(rule, variant) for rule, variant in _INDEXED_SHARED if rule in rules]
     embeddings = "embeddings-by-architecture" in rules and ctx.limits.base is not None
     stacked = "stacked-from-first" in rules
@@ -64,7 +65,7 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked or selects):
         return grouped_violations(ctx, "LG104", "module")
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
-             for key in spec.unknown_keys[:MAX_PER_KIND]]
+             for key in spec.unknown_keys[:MAX_PER_KIND]] if spec.unknown_keys else []
     if len(spec.unknown_keys) > MAX_PER_KIND:
         rest = len(spec.unknown_keys) - MAX_PER_KIND
         found.append(make_violation("LG104", "grammar", subject,

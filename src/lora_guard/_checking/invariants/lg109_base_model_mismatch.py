@@ -88,16 +88,12 @@ _FUSED = {"gate_up_proj": ("gate_proj", "up_proj"), "qkv_proj": ("q_proj", "k_pr
 _FOREIGN = "foreign"
 
 
-def _placement(path: str, model_type: str, fused_ok: bool) -> str | None:
+def _placement(path: str, model_type: str, fused_ok: bool) -> str:
     """Where a module path stands on a base of ``model_type``: its non-text tower
-    (`_tower`), `_FOREIGN` (`_foreign_path`), or None (the language model's own module).
-    Asked for every module of every adapter: remembered (`_PLACEMENTS`)."""
-    key = (path, model_type, fused_ok)
-    found = _PLACEMENTS.get(key)
-    if found is None:
-        found = _PLACEMENTS.put(key, _tower(path) or (
-            _FOREIGN if _foreign_path(path, model_type, fused_ok) else ""))
-    return found or None
+    (`_tower`), `_FOREIGN` (`_foreign_path`), or ``""`` (the language model's own module).
+    Asked for every module of every adapter: remembered (`_PLACEMENTS`, looked up first)."""
+    return _PLACEMENTS.put((path, model_type, fused_ok), _tower(path) or (
+        _FOREIGN if _foreign_path(path, model_type, fused_ok) else ""))
 
 
 _PLACEMENTS: Bounded[tuple[str, str, bool], str] = Bounded(
@@ -122,21 +118,32 @@ def _foreign_path(path: str, model_type: str, fused_ok: bool) -> bool:
     return not (fused_ok and leaf in _FUSED and all(part in names for part in _FUSED[leaf]))
 
 
+def _misplaced(module: LoRAModuleSpec, base: BaseModelDims, placed: str,
+               grouped: Grouped) -> None:
+    """A module of a non-text tower (compared with the tower's own config, which the base's
+    does not give) or of another architecture."""
+    if placed is not _FOREIGN:
+        if base.multimodal and (placed in base.towers or not base.towers):
+            return  # its dims are in the tower's own config
+        grouped.add(("LG109", "tower", placed), module.a_key or module.b_key or module.module,
+                    {"tower": placed, "source": base.source})
+        return
+    names = ARCHITECTURE_NAMES[base.model_type or ""]
+    grouped.add(("LG109", "architecture", base.model_type), module.module, {
+        "model_type": base.model_type,
+        "example": ", ".join([n for n in _TYPICAL_TARGETS if n in names][:4]
+                             or sorted(names)[:4])})
+
+
 def _check_base(module: LoRAModuleSpec, base: BaseModelDims,
                 grouped: Grouped, rules: Collection[str] = frozenset()) -> None:
-    placed = _placement(module.module, base.model_type or "", "packed-names-native" not in rules)
-    if placed is not None:
-        if placed is not _FOREIGN:
-            if base.multimodal and (placed in base.towers or not base.towers):
-                return  # its dims are in the tower's own config
-            grouped.add(("LG109", "tower", placed), module.a_key or module.b_key or module.module,
-                        {"tower": placed, "source": base.source})
-            return
-        names = ARCHITECTURE_NAMES[base.model_type or ""]
-        grouped.add(("LG109", "architecture", base.model_type), module.module, {
-            "model_type": base.model_type,
-            "example": ", ".join([n for n in _TYPICAL_TARGETS if n in names][:4]
-                                 or sorted(names)[:4])})
+    path, model_type, fused_ok = module.module, base.model_type or "", (
+        "packed-names-native" not in rules)
+    placed = _PLACEMENTS.get((path, model_type, fused_ok))
+    if placed is None:
+        placed = _placement(path, model_type, fused_ok)
+    if placed:
+        _misplaced(module, base, placed, grouped)
         return
     key = module.a_key or module.b_key or module.module
     if module.layer is not None and base.num_layers is not None and (
