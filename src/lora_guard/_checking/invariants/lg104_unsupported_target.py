@@ -54,9 +54,8 @@ def served_module(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
 def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     spec, subject = ctx.spec, ctx.subject
     rules = ctx.limits.engine_rules
-    extra = bool(spec.extra_keys)  # where saved embedding weights would be
-    plain = extra and "plain-embeddings-refused" in rules
-    saved = extra and "saved-embeddings-refused" in rules
+    plain = "plain-embeddings-refused" in rules and bool(spec.extra_keys)  # (saved weights)
+    saved = "saved-embeddings-refused" in rules and bool(spec.extra_keys)
     shared = [(rule, variant) for rule, variant in _INDEXED_SHARED if rule in rules]
     embeddings = "embeddings-by-architecture" in rules and ctx.limits.base is not None
     stacked = "stacked-from-first" in rules

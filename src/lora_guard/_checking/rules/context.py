@@ -58,6 +58,13 @@ class ModuleContext(NamedTuple):
     module_dims: Mapping[str, tuple[Expected, Expected]] | None
 
 
+def _held_to(limits: ServingLimits) -> tuple[frozenset[str] | None, frozenset[str],
+                                               BaseModelDims | None]:
+    """What of the limits a module is held to: `ModuleContext`'s ``target_modules``,
+    ``engine_rules`` and ``base``."""
+    return limits.target_modules, limits.engine_rules, limits.base  # type: ignore[return-value]
+
+
 _NO_KEYS: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
 
 
@@ -113,22 +120,15 @@ class AdapterContext:
         ``use_bdlora`` (they change what each module is compared with), an outcome that names
         the adapter (LG102 between A and B), a spec the reader did not make, and for a guard
         that knows the live model's dims."""
-        shared, spec = self.shared, self.spec
-        config, limits = spec.config, self.limits
-        ctx = ModuleContext(
-            self.subject, types.MappingProxyType(
-                config.fields(PARTS_FIELDS) if type(config) is FrozenConfig else
-                {name: config[name] for name in PARTS_FIELDS if name in config}),
-            limits.target_modules, limits.engine_rules,  # type: ignore[arg-type] # frozensets
-            limits.base, self.vocab_size, self.module_dims)
+        shared, spec, limits = self.shared, self.spec, self.limits
+        config = spec.config
         if self.module_dims is not None or spec.parts_key is None or (
                 config.get("use_bdlora") is not None or config.get("rank_pattern")):
-            return self._run_rules(ctx)
+            return self._run_rules()
         if shared is not None and self.vocab_size is None:
             parts = shared.parts
         else:
-            key = ValueKey((spec.parts_key, ctx.target_modules, ctx.engine_rules, ctx.base,
-                            ctx.vocab_size))
+            key = ValueKey((spec.parts_key, *_held_to(limits), self.vocab_size))
             parts = _GUARDED.get(key) or _GUARDED.put(key, PartsOutcome())
         hit = parts.modules
         if hit is not None:
@@ -136,7 +136,7 @@ class AdapterContext:
             for group, name, count, details in hit.grouped:
                 grouped.items[group] = [name, count, details]
             return ModulePass(grouped, [], dict(hit.ranks))
-        outcome = self._run_rules(ctx)
+        outcome = self._run_rules()
         if not outcome.found:
             parts.modules = _module_outcome(
                 tuple([(group, name, count, details) for group, (
@@ -144,7 +144,13 @@ class AdapterContext:
                 tuple(outcome.ranks.items()))
         return outcome
 
-    def _run_rules(self, ctx: ModuleContext) -> ModulePass:
+    def _run_rules(self) -> ModulePass:
+        config = self.spec.config
+        ctx = ModuleContext(
+            self.subject, types.MappingProxyType(
+                config.fields(PARTS_FIELDS) if type(config) is FrozenConfig else
+                {name: config[name] for name in PARTS_FIELDS if name in config}),
+            *_held_to(self.limits), self.vocab_size, self.module_dims)
         grouped, found, ranks = Grouped(), list[Violation](), dict[int, str]()
         every, full = _rules()
         bd = self.spec.config.get("use_bdlora")
