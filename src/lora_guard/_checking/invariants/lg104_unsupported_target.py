@@ -44,9 +44,8 @@ def is_served(module: LoRAModuleSpec, served: Collection[str], slices: bool = Fa
 @module_rule("LG104")
 def served_module(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
                   found: list[Violation]) -> None:
-    served = ctx.limits.target_modules
-    if served is not None and not is_served(
-            module, served, "packed-slices" in ctx.limits.engine_rules):
+    served = ctx.target_modules
+    if served is not None and not is_served(module, served, "packed-slices" in ctx.engine_rules):
         grouped.add(("LG104", "module", module.target), module.module,
                     {"target": module.target, "served": ", ".join(sorted(served))})
 
@@ -55,8 +54,8 @@ def served_module(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
 def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     spec, subject = ctx.spec, ctx.subject
     rules = ctx.limits.engine_rules
-    plain = "plain-embeddings-refused" in rules
-    saved = "saved-embeddings-refused" in rules
+    plain = "plain-embeddings-refused" in rules and bool(spec.extra_keys)  # (saved weights)
+    saved = "saved-embeddings-refused" in rules and bool(spec.extra_keys)
     shared = [(rule, variant) for rule, variant in _INDEXED_SHARED if rule in rules]
     embeddings = "embeddings-by-architecture" in rules and ctx.limits.base is not None
     stacked = "stacked-from-first" in rules
@@ -65,7 +64,7 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked or selects):
         return grouped_violations(ctx, "LG104", "module")
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
-             for key in spec.unknown_keys[:MAX_PER_KIND]]
+             for key in spec.unknown_keys[:MAX_PER_KIND]] if spec.unknown_keys else []
     if len(spec.unknown_keys) > MAX_PER_KIND:
         rest = len(spec.unknown_keys) - MAX_PER_KIND
         found.append(make_violation("LG104", "grammar", subject,
@@ -163,15 +162,18 @@ def _embeddings_not_served(ctx: AdapterContext) -> list[Violation]:
     does not list in its ``embedding_modules``, which vLLM refuses at load; no verdict for an
     architecture vLLM's table does not hold."""
     base = ctx.limits.base
+    on_embeddings = {m.target: m.module for m in ctx.spec.modules.values()
+                     if m.target in EMBEDDINGS}
+    if base is None or not on_embeddings:  # (most adapters: no LoRA on an embedding)
+        return []
     _, _, version = (ctx.limits.engine or "").partition("==")
     table = embedding_lora(version or VLLM.releases[0])  # the release's own table
-    arch = next((a for a in base.architectures if a in table), None) if base else None
+    arch = next((a for a in base.architectures if a in table), None)
     if arch is None:
         return []
     served = table[arch]
     engine = ctx.limits.engine or "the server"
-    hits = {m.target: m.module for m in ctx.spec.modules.values()
-            if m.target in EMBEDDINGS and m.target not in served}
+    hits = {target: module for target, module in on_embeddings.items() if target not in served}
     return [make_violation("LG104", "embedding-architecture", ctx.subject, module=module,
                            target=target, architecture=arch, engine=engine,
                            served=", ".join(sorted(served)) or "none")
