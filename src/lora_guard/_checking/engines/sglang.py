@@ -67,6 +67,8 @@ def _sglang_build(options: Mapping[str, Any], release: EngineProfile) -> dict[st
     rules = list(release.uses())
     if options.get("max_lora_rank") is None:
         rules.append("rank-from-set")
+    if not targets:  # the pool's modules: the start-up adapters' (LoRAManager.init_lora_shapes)
+        rules.append("targets-from-set")
     return {
         "max_rank": options.get("max_lora_rank"),
         "target_modules": None if not targets or "all" in targets else targets,
@@ -97,11 +99,23 @@ _SGLANG_RULES = (
          "adapter (not converted to plain LoRA) serves on the original base weights it no "
          "longer matches", "sglang/srt/lora/lora_config.py:LoRAConfig.__init__",
          engine_refuses=False),
-    Rule("LG104", "the adapter's target modules, normalised (q/k/v -> qkv_proj, gate/up -> "
-         "gate_up_proj), must be a subset of --lora-target-modules",
-         "sglang/srt/lora/utils.py:get_normalized_target_modules; "
-         "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes",
+    Rule("LG104", "the adapter's modules, normalised (q/k/v -> qkv_proj, gate/up -> "
+         "gate_up_proj), must be among the pool's: --lora-target-modules, or without it the "
+         "union of the start-up adapters' target_modules ('all-linear': every module). A "
+         "config naming another module is refused (at start-up: the server does not start); "
+         "weights of another module under a config that does not name it ('all-linear', an "
+         "edited list) load, are skipped with a warning, and the first batch that uses the "
+         "adapter fails (the scheduler stops)",
+         "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes; "
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.can_support, "
+         "LoRAMemoryPool.load_lora_weight_to_buffer",
          uses=("packed-slices", "target-modules-list")),
+    Rule("LG104", "LoRA weights of embed_tokens or lm_head are read only when the adapter's "
+         "own target_modules names the module (or is 'all' / 'all-linear'): otherwise they "
+         "are dropped without a word (a debug log line) and the base module is served, "
+         "whatever --lora-target-modules serves", "sglang/srt/lora/lora.py:"
+         "LoRAAdapter._process_weight", engine_refuses=False,
+         uses=("embeddings-by-config",)),
     Rule("LG202", "target_modules as a string other than 'all' / 'all-linear' (a PEFT regex), "
          "or null fails the load",
          "sglang/srt/lora/utils.py:get_normalized_target_modules; "

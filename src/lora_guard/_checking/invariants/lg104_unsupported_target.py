@@ -1,24 +1,29 @@
 """LG104's check, the one place LG104 is decided: weight keys outside PEFT's grammar, modules
 the server does not serve (``limits.target_modules``), and full embedding weights saved under
 a name the engine does not read (``plain-embeddings-refused``), LoRA on an embedding the
-base's model class does not serve (``embeddings-by-architecture``), and weights of a module
-the config does not select (``peft-selects-modules``: PEFT)."""
+base's model class does not serve (``embeddings-by-architecture``), weights of a module
+the config does not select (``peft-selects-modules``: PEFT), LoRA on an embedding the config
+does not name (``embeddings-by-config``: sglang), and, across a set, modules outside the union
+of the set's ``target_modules`` (``targets-from-set``: sglang's pool without
+``--lora-target-modules``, `outside_set_pool`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 from lora_guard._checking.engines.vllm import EMBEDDINGS, embedding_lora
 from lora_guard._checking.engines.vllm import ENGINE as VLLM
 from lora_guard._checking.registry import adapter_check, module_rule
 from lora_guard._checking.rules.context import AdapterContext, ModuleContext, grouped_violations
 from lora_guard._checking.rules.peft_selection import peft_selection
-from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, Grouped
+from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, Grouped, more
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
 
-__all__ = ["is_served", "names_not_served", "not_selected", "unsupported_target"]
+__all__ = ["is_served", "names_not_served", "not_selected", "outside_set_pool", "set_pool",
+           "unsupported_target"]
 
 
 def is_served(module: LoRAModuleSpec, served: Collection[str], slices: bool = False) -> bool:
@@ -61,8 +66,10 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     embeddings = "embeddings-by-architecture" in rules and ctx.limits.base is not None
     stacked = "stacked-from-first" in rules
     selects = "peft-selects-modules" in rules
+    dropped = _embeddings_not_named(ctx) if "embeddings-by-config" in rules else []
     # most adapters: served modules only
-    if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked or selects):
+    if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked or selects
+            or dropped):
         return grouped_violations(ctx, "LG104", "module")
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
              for key in spec.unknown_keys[:MAX_PER_KIND]]
@@ -82,7 +89,102 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
         found += _stack_incomplete(ctx)
     if selects:
         found += not_selected(spec, subject, ctx.limits.engine or "the server")
-    return found + grouped_violations(ctx, "LG104", "module")  # modules not served
+    served = grouped_violations(ctx, "LG104", "module")  # modules not served
+    if dropped:  # dropped as the adapter is read, they never reach the server's modules
+        gone = {v.details["target"] for v in dropped}
+        served = [v for v in served if v.details.get("target") not in gone]
+    return found + dropped + served
+
+
+# sglang's names of the embeddings in a config's target_modules (get_normalized_target_modules)
+_EMBEDDING_NAMES = {"embed_tokens": "embed_tokens", "vocab_emb": "embed_tokens",
+                    "embeddings": "embed_tokens", "word_embeddings": "embed_tokens",
+                    "lm_head": "lm_head", "output": "lm_head", "unembed_tokens": "lm_head"}
+_LAYER = re.compile(r"layers\.\d+\.")
+
+
+def config_names(config: Mapping[str, Any]) -> frozenset[str] | None:
+    """The modules a config's ``target_modules`` list names as sglang reads them: each name's
+    last dotted part, an embedding by its own name (``output`` -> ``lm_head``); None for any
+    other value (a string such as ``all-linear`` names every module)."""
+    targets = config.get("target_modules")
+    if not isinstance(targets, list):
+        return None
+    lasts = (name.rsplit(".", 1)[-1] for name in targets if isinstance(name, str))
+    return frozenset(_EMBEDDING_NAMES.get(last, last) for last in lasts)
+
+
+def _embedding_of(module: LoRAModuleSpec) -> str | None:
+    """``embed_tokens`` or ``lm_head`` where sglang reads the module's weights as that
+    embedding's (a name holding it, outside the decoder layers), else None."""
+    name = module.module.replace("unembed_tokens", "lm_head")
+    if _LAYER.search(name + "."):
+        return None
+    return "embed_tokens" if "embed_tokens" in name else "lm_head" if "lm_head" in name else None
+
+
+def _embeddings_not_named(ctx: AdapterContext) -> list[Violation]:
+    """LoRA weights of embed_tokens / lm_head whose module the adapter's own
+    ``target_modules`` list does not name: sglang drops them as it reads the adapter, with a
+    debug log line (``LoRAAdapter._process_weight``), and serves the base module."""
+    spec = ctx.spec
+    if not any(t in _EMBEDDING_NAMES for t in spec.target_modules):
+        return []
+    named = config_names(spec.config)
+    if named is None:
+        return []
+    engine = ctx.limits.engine or "the server"
+    found = []
+    for m in spec.modules.values():
+        embedding = _embedding_of(m)
+        if embedding is not None and embedding not in named:
+            found.append(make_violation(
+                "LG104", "not-selected", ctx.subject, module=m.module, engine=engine,
+                target=m.target,
+                why=f"its target_modules does not name {embedding}, and {engine} reads LoRA "
+                    "on embed_tokens and lm_head only for a module the adapter's config names",
+                outcome=f"its weights are dropped without a word and the base {embedding} "
+                        "is served"))
+    return found[:MAX_PER_KIND]
+
+
+def set_pool(configs: Iterable[Mapping[str, Any]]) -> frozenset[str] | None:
+    """The modules of sglang's pool started without ``--lora-target-modules``: the union of
+    the start-up adapters' ``target_modules`` (`config_names`); None when one is a string
+    (``all-linear``: every module of the base) or none names any
+    (``LoRAManager.init_lora_shapes``)."""
+    union: set[str] = set()
+    for config in configs:
+        if isinstance(config.get("target_modules"), str):
+            return None
+        union |= config_names(config) or frozenset()
+    return frozenset(union) or None
+
+
+def outside_set_pool(spec: AdapterSpec, pool: frozenset[str], subject: str,
+                     limits: Any) -> list[Violation]:
+    """LG104 for the modules of ``spec`` outside ``pool`` (`set_pool`), grouped by module type
+    as the module pass groups them: sglang loads their weights, skips them with a warning and
+    fails the first batch that uses the adapter (``LoRAMemoryPool.load_lora_weight_to_buffer``).
+    An embedding the config does not name is left out: it is dropped as the adapter is read
+    (`_embeddings_not_named` says so)."""
+    slices = "packed-slices" in limits.engine_rules
+    if all(t in pool or PART_OF.get(t) in pool or (slices and t in PART_OF and not PACKED[
+            PART_OF[t]].isdisjoint(pool)) for t in spec.target_modules):
+        return []
+    named = config_names(spec.config)
+    grouped = Grouped()
+    served = ", ".join(sorted(pool))
+    for m in spec.modules.values():
+        if is_served(m, pool, slices):
+            continue
+        embedding = _embedding_of(m)
+        if embedding is not None and named is not None and embedding not in named:
+            continue
+        grouped.add(("LG104", "module", m.target), m.module, {"target": m.target,
+                                                              "served": served})
+    return [make_violation("LG104", "module", subject, **{**details, "module": more(name, n)})
+            for (_c, _v, *_), (name, n, details) in grouped.items.items()]
 
 
 # sglang's indexed shared experts: written over routed experts before 0.5.23, refused from it
