@@ -154,6 +154,77 @@ def test_sglang_serves_the_stacks_it_can_build(tmp_path: pathlib.Path) -> None:
         assert lg.check_adapters([folder], sglang).ok, name
 
 
+def _sglang(*flags: str) -> lg.ServingLimits:
+    return lg.ServingLimits.for_engine("sglang==0.5.23", "--max-lora-rank", "16", *flags)
+
+
+@pytest.mark.parametrize("embedding", ["lm_head", "embed_tokens"])
+@pytest.mark.parametrize("served", [("all",), ("q_proj", "v_proj", "lm_head", "embed_tokens")])
+def test_sglang_drops_embedding_lora_its_config_does_not_name(
+        tmp_path: pathlib.Path, embedding: str, served: tuple[str, ...]) -> None:
+    """Trained with LoRA on q/v and an embedding, the config's target_modules later cut to
+    q/v (a conversion script, a hand edit): sglang 0.5.23 reads embed_tokens / lm_head LoRA
+    only for a module the adapter's own config names and drops it with a debug log line,
+    whatever the server serves; the engine tier measured it (its embedding_layers stay
+    empty, the base module is served)."""
+    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj", embedding]),
+                  tmp_path / "a")
+    _with_config(folder, target_modules=["q_proj", "v_proj"])
+    base = _base_config(llama(), tmp_path / "base")
+
+    report = lg.check_adapters([folder], lg.ServingLimits.for_engine(
+        "sglang==0.5.23", "--max-lora-rank", "16", "--lora-target-modules", *served,
+        base_config=base))
+
+    assert report.codes() == ["LG104"], messages(report)  # one, not also "not served"
+    module = "lm_head" if embedding == "lm_head" else "model.embed_tokens"
+    assert messages(report).endswith(
+        f"/a': {module} has LoRA weights, but sglang==0.5.23 puts no LoRA on it (its "
+        f"target_modules does not name {embedding}, and sglang==0.5.23 reads LoRA on "
+        "embed_tokens and lm_head only for a module the adapter's config names): its weights "
+        f"are dropped without a word and the base {embedding} is served.")
+    assert lg.check_adapters([_with_config(folder, target_modules=[
+        "q_proj", "v_proj", f"model.{embedding}"])], _sglang("--lora-target-modules", "all",
+                                                             )).codes() == ["LG118"]
+
+
+def test_sglang_serves_embedding_lora_its_config_names(tmp_path: pathlib.Path) -> None:
+    """No false alarm: named in the config (or 'all-linear') and in the server's modules."""
+    base = _base_config(llama(), tmp_path / "base")
+    named = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj", "lm_head",
+                                                          "embed_tokens"]), tmp_path / "named")
+    every = _with_config(save(llama(), LoraConfig(r=8, target_modules=[
+        "q_proj", "v_proj", "lm_head"]), tmp_path / "every"), target_modules="all-linear")
+    for folder in (named, every):
+        assert lg.check_adapters([folder], lg.ServingLimits.for_engine(
+            "sglang==0.5.23", "--max-lora-rank", "16", "--lora-target-modules", "all",
+            base_config=base)).ok, folder.name
+
+
+def test_sglang_without_target_modules_serves_the_union_of_the_start_up_adapters(
+        tmp_path: pathlib.Path) -> None:
+    """No --lora-target-modules: sglang 0.5.23 builds its pool from the union of the start-up
+    adapters' target_modules (LoRAManager.init_lora_shapes). An adapter trained on q/v/o
+    whose config was cut to q/v starts, its o_proj weights are skipped with a warning and the
+    first batch that uses it fails ("Cannot find target module name"); a start-up adapter
+    naming o_proj (or 'all-linear') puts o_proj in the pool, and it serves."""
+    edited = _with_config(save(llama(), LoraConfig(r=8, target_modules=[
+        "q_proj", "v_proj", "o_proj"]), tmp_path / "edited"), target_modules=["q_proj", "v_proj"])
+    report = lg.check_adapters([edited], _sglang())
+
+    assert report.codes() == ["LG104"]
+    assert messages(report).endswith("/edited': module model.layers.0.self_attn.o_proj "
+                                "(and 1 more) (o_proj) is not served; served: q_proj, v_proj.")
+    full = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj", "o_proj"]),
+                tmp_path / "full")
+    every = _with_config(save(llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+                              tmp_path / "every"), target_modules="all-linear")
+    assert lg.check_adapters([edited, full], _sglang()).ok
+    assert lg.check_adapters([edited, every], _sglang()).ok
+    given = lg.check_adapters([edited], _sglang("--lora-target-modules", "q_proj", "v_proj"))
+    assert given.codes() == ["LG104"]  # the pool as given: the same verdict
+
+
 # --- PEFT: the modules the adapter's own config selects ------------------------------------
 
 
