@@ -619,3 +619,111 @@ NO_BEARING = {"--enable-lora-overlap-loading", "--lora-backend", "--lora-drain-w
               "--uno-lora-path"}
 """sglang's LoRA flags that do not change what it loads (kernels, scheduling, transfers); the
 sglang page lists them as ignored."""
+
+
+# --- the pool's modules, measured on the real engine (sglang-field) ------------------------------
+# sglang skips an adapter's weights outside its pool's modules with a warning, then fails the
+# first batch that uses it ("Cannot find target module name"); a config naming such a module is
+# refused at load. LoRA on embed_tokens / lm_head that the adapter's own config does not name is
+# dropped as the adapter is read, with a debug line: the base embedding is served.
+
+
+def _config_cut(tmp_path, name, trained, kept):
+    """Trained on ``trained``, its config's target_modules cut to ``kept`` afterwards (a
+    conversion script, a hand edit): the weights still hold every trained module."""
+    return h.edit_config(h.peft_adapter(tmp_path / name, target_modules=trained),
+                         target_modules=kept)
+
+
+def _qvo_cut_to_qv(tmp_path):
+    return _config_cut(tmp_path, "edited", ["q_proj", "v_proj", "o_proj"], ["q_proj", "v_proj"])
+
+
+def test_without_lora_guard_a_start_up_adapter_outside_the_inferred_pool_fails_its_first_batch(
+        env, tmp_path):
+    edited = _qvo_cut_to_qv(tmp_path)
+
+    manager = h.sglang_server(max_lora_rank=16, target_modules=None,
+                              lora_paths=[h.sglang_ref("edited", edited)])
+
+    assert manager.memory_pool.target_modules == {"qkv_proj"}  # the start-up configs' union
+    with pytest.raises(ValueError, match=r"Cannot find target module name for \S+o_proj"):
+        manager.fetch_new_loras({"edited"})  # the first batch: the scheduler stops
+
+
+def test_a_start_up_adapter_outside_the_inferred_pool_stops_the_server_as_check_says(
+        guard, env, tmp_path):
+    edited = _qvo_cut_to_qv(tmp_path)
+
+    with pytest.raises(lg.AdapterError) as caught:
+        h.sglang_server(max_lora_rank=16, target_modules=None,
+                        lora_paths=[h.sglang_ref("edited", edited)])
+
+    assert [v.code for v in caught.value.violations] == ["LG104"]
+    said = str(caught.value)
+    assert "adapter 'edited'" in said and "model.layers.0.self_attn.o_proj (and 1 more)" in said
+    checked = lg.check_adapters([edited], lg.ServingLimits.for_engine(
+        "sglang", "--max-lora-rank", "16", version=env.version))
+    assert checked.codes() == ["LG104"]  # `lora-guard check --engine sglang`: the same
+
+
+def test_start_up_adapters_whose_union_holds_every_weight_serve_with_no_violation(
+        guard, env, tmp_path):
+    edited = _qvo_cut_to_qv(tmp_path)
+    full = h.peft_adapter(tmp_path / "full", target_modules=["q_proj", "v_proj", "o_proj"],
+                          seed=1)
+
+    with lg.recording() as seen:
+        manager = h.sglang_server(max_lora_rank=16, target_modules=None, lora_paths=[
+            h.sglang_ref("edited", edited), h.sglang_ref("full", full)])
+        manager.fetch_new_loras({"edited", "full"})  # o_proj is in the pool: both serve
+
+    assert seen.violations == []
+    assert manager.memory_pool.target_modules == {"qkv_proj", "o_proj"}
+    assert lg.check_adapters([edited, full], lg.ServingLimits.for_engine(
+        "sglang", "--max-lora-rank", "16", version=env.version)).ok
+
+
+@pytest.mark.parametrize("embedding", ["lm_head", "embed_tokens"])
+def test_without_lora_guard_embedding_lora_the_config_does_not_name_is_dropped(
+        env, tmp_path, embedding):
+    cut = _config_cut(tmp_path, "cut", ["q_proj", "v_proj", embedding], ["q_proj", "v_proj"])
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"all"})
+
+    assert manager.load_lora_adapter(h.sglang_ref("cut", cut)).success
+    manager.fetch_new_loras({"cut"})
+
+    assert manager.loras["cut"].embedding_layers == {}  # the trained LoRA was never read
+    slot = manager.memory_pool.uid_to_buffer_id["cut"]
+    buffers = (manager.memory_pool.lm_head_A_buffer if embedding == "lm_head"
+               else manager.memory_pool.embedding_A_buffer)
+    assert not buffers[embedding][slot].any()  # the slot serves the base embedding
+
+
+@pytest.mark.lora_guard(expect=["LG104"])  # sglang makes it a failed result
+@pytest.mark.parametrize("embedding", ["lm_head", "embed_tokens"])
+def test_embedding_lora_the_config_does_not_name_is_refused_at_load(guard, env, tmp_path,
+                                                                     embedding):
+    cut = _config_cut(tmp_path, "cut", ["q_proj", "v_proj", embedding], ["q_proj", "v_proj"])
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"all"})
+
+    result = manager.load_lora_adapter(h.sglang_ref("cut", cut))
+
+    assert result.success is False
+    assert result.error_message.startswith("LG104 unsupported-target: adapter 'cut'")
+    assert f"does not name {embedding}" in result.error_message
+    assert "dropped without a word" in result.error_message
+    assert manager.loras == {} and manager.configs == {}
+
+
+def test_embedding_lora_the_config_names_serves_with_no_violation(guard, env, tmp_path):
+    named = h.peft_adapter(tmp_path / "named", target_modules=[
+        "q_proj", "v_proj", "lm_head", "embed_tokens"])
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"all"})
+
+    with lg.recording() as seen:
+        assert manager.load_lora_adapter(h.sglang_ref("named", named)).success
+        manager.fetch_new_loras({"named"})
+
+    assert seen.violations == []
+    assert manager.loras["named"].embedding_layers  # read, and served from the pool
