@@ -131,9 +131,15 @@ _SGLANG_RULES = (
          "rank_pattern that gives them different ranks is refused when the weights are stacked",
          "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj",
          uses=("packed-ranks-uniform",)),
-    Rule("LG112", "one scaling for the whole adapter, lora_alpha / r: use_rslora, alpha_pattern "
-         "and a rank_pattern rank other than r load and serve at the wrong strength",
+    Rule("LG112", "one scaling for the whole adapter, lora_alpha / r: use_rslora and "
+         "alpha_pattern load and serve at the wrong strength",
          "sglang/srt/lora/lora.py:LoRAAdapter.__init__", engine_refuses=False,
+         uses=("one-scaling",)),
+    Rule("LG112", "a rank_pattern rank other than r (below it, or above it within "
+         "--max-lora-rank) loads, and the first batch that uses the adapter fails: each "
+         "module's slot in the pool is r wide (measured by the engine tier; its scaling, "
+         "lora_alpha / r, would be wrong too)",
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
          uses=("one-scaling",)),
     Rule("LG106", "no dtype rule: weights are copied into the pool's buffers, in the model's "
          "dtype", "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
