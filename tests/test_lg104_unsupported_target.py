@@ -201,6 +201,37 @@ def test_sglang_serves_embedding_lora_its_config_names(tmp_path: pathlib.Path) -
             base_config=base)).ok, folder.name
 
 
+@pytest.mark.parametrize(("config", "outcome"), [
+    (None, "its config names down_proj, gate_proj, o_proj, up_proj, so sglang==0.5.23 refuses "
+           "the load (at start-up the server does not start)"),
+    ("all-linear", "its config does not list it, so sglang==0.5.23 loads the adapter, skips "
+                   "these weights with a warning and fails the first batch that uses it (the "
+                   "scheduler stops)"),
+])
+def test_sglang_says_what_it_does_with_weights_outside_its_lora_target_modules(
+        tmp_path: pathlib.Path, config: str | None, outcome: str) -> None:
+    """Trained on q, k, v, o, gate, up, down; the server started with --lora-target-modules
+    q_proj v_proj. The real sglang 0.5.23 refuses it when its config lists the projections
+    (LoRAMemoryPool.can_support), and with target_modules "all-linear" loads it, logs the
+    weights it skips and fails the first batch that uses it: it never serves part of it."""
+    folder = save(llama(), LoraConfig(r=8, target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+        tmp_path / "a")
+    if config is not None:
+        _with_config(folder, target_modules=config)
+
+    report = lg.check_adapters([folder], _sglang("--lora-target-modules", "q_proj", "v_proj"))
+
+    assert report.codes() == ["LG104"] * 4  # k_proj is served: stacked into qkv_proj
+    said = messages(report).splitlines()
+    assert {line.split(" (", 1)[0].rsplit(" ", 1)[-1] for line in said} == {
+        "model.layers.0.mlp.down_proj", "model.layers.0.mlp.gate_proj",
+        "model.layers.0.mlp.up_proj", "model.layers.0.self_attn.o_proj"}
+    assert all(line.endswith(f"is not among sglang==0.5.23's LoRA modules (q_proj, v_proj; "
+                             f"--lora-target-modules): {outcome}.") for line in said), said
+    assert lg.check_adapters([folder], _sglang("--lora-target-modules", "all")).ok
+
+
 def test_sglang_without_target_modules_serves_the_union_of_the_start_up_adapters(
         tmp_path: pathlib.Path) -> None:
     """No --lora-target-modules: sglang 0.5.23 builds its pool from the union of the start-up
@@ -213,8 +244,14 @@ def test_sglang_without_target_modules_serves_the_union_of_the_start_up_adapters
     report = lg.check_adapters([edited], _sglang())
 
     assert report.codes() == ["LG104"]
-    assert messages(report).endswith("/edited': module model.layers.0.self_attn.o_proj "
-                                "(and 1 more) (o_proj) is not served; served: q_proj, v_proj.")
+    assert messages(report).endswith(
+        "/edited': module model.layers.0.self_attn.o_proj (and 1 more) (o_proj) is not among "
+        "sglang==0.5.23's LoRA modules (q_proj, v_proj; no --lora-target-modules: the "
+        "start-up adapters' target_modules): its config does not list it, so sglang==0.5.23 "
+        "loads the adapter, skips these weights with a warning and fails the first batch "
+        "that uses it (the scheduler stops).")
+    assert report.violations[0].hint.startswith(
+        "Start sglang with --lora-target-modules naming every module the adapters train")
     full = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj", "o_proj"]),
                 tmp_path / "full")
     every = _with_config(save(llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),

@@ -31,7 +31,7 @@ ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-fr
                 "target-modules-by-name", "saved-embeddings-refused", "slots-in-every-layer",
                 "embeddings-by-architecture", "stacked-from-first", "peft-selects-modules",
                 "peft-type-any-case", "peft-type-unread", "targets-from-set",
-                "embeddings-by-config")
+                "embeddings-by-config", "pool-by-config")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:
@@ -185,7 +185,10 @@ class ServingLimits:
     given: the server's modules are the union of the set's configs' ``target_modules``, a
     string such as ``all-linear`` every module: sglang without ``--lora-target-modules``,
     LG104), ``embeddings-by-config`` (LoRA on ``embed_tokens`` / ``lm_head`` is read only
-    where the adapter's own ``target_modules`` names the module: sglang, LG104)."""
+    where the adapter's own ``target_modules`` names the module: sglang, LG104),
+    ``pool-by-config`` (a weight outside ``target_modules`` is refused at load when the
+    adapter's config names such a module, else skipped and the first batch fails: sglang,
+    LG104's message says which)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 

@@ -109,7 +109,7 @@ _SGLANG_RULES = (
          "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes; "
          "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.can_support, "
          "LoRAMemoryPool.load_lora_weight_to_buffer",
-         uses=("packed-slices", "target-modules-list")),
+         uses=("packed-slices", "target-modules-list", "pool-by-config")),
     Rule("LG104", "LoRA weights of embed_tokens or lm_head are read only when the adapter's "
          "own target_modules names the module (or is 'all' / 'all-linear'): otherwise they "
          "are dropped without a word (a debug log line) and the base module is served, "

@@ -9,6 +9,7 @@ of the set's ``target_modules`` (``targets-from-set``: sglang's pool without
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
@@ -70,7 +71,7 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     # most adapters: served modules only
     if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked or selects
             or dropped):
-        return grouped_violations(ctx, "LG104", "module")
+        return _outcome(spec, grouped_violations(ctx, "LG104", "module"), ctx.limits)
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
              for key in spec.unknown_keys[:MAX_PER_KIND]]
     if len(spec.unknown_keys) > MAX_PER_KIND:
@@ -93,7 +94,36 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     if dropped:  # dropped as the adapter is read, they never reach the server's modules
         gone = {v.details["target"] for v in dropped}
         served = [v for v in served if v.details.get("target") not in gone]
-    return found + dropped + served
+    return found + dropped + _outcome(spec, served, ctx.limits)
+
+
+# sglang's packed names of a config's target_modules (get_normalized_target_modules)
+_SGLANG_PACKED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+                  "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}
+
+
+def _outcome(spec: AdapterSpec, violations: list[Violation], limits: Any,
+             source: str = "--lora-target-modules") -> list[Violation]:
+    """``module`` violations (the grouped ones, only) as ``pool`` ones, saying what sglang does
+    (``pool-by-config``): it refuses an adapter whose config names a module outside its pool
+    (``LoRAMemoryPool.can_support``; at start-up ``LoRAManager.init_lora_shapes``), and
+    loads any other, skips the weights outside the pool with a warning and fails the first
+    batch that uses it (``LoRAMemoryPool.load_lora_weight_to_buffer``)."""
+    if not violations or "pool-by-config" not in limits.engine_rules:
+        return violations
+    pool = {_SGLANG_PACKED.get(t, t) for t in (limits.target_modules or ())}
+    named = config_names(spec.config) or frozenset()
+    outside = sorted(t for t in named if _SGLANG_PACKED.get(t, t) not in pool)
+    engine = limits.engine or "the server"
+    outcome = (f"its config names {', '.join(outside)}, so {engine} refuses the load (at "
+               "start-up the server does not start)" if outside else
+               f"its config does not list it, so {engine} loads the adapter, skips these "
+               "weights with a warning and fails the first batch that uses it (the "
+               "scheduler stops)")
+    return [make_violation("LG104", "pool", v.subject, module=v.details["module"],
+                           target=v.details["target"], served=v.details["served"],
+                           engine=engine, source=source, outcome=outcome)
+            for v in violations]
 
 
 # sglang's names of the embeddings in a config's target_modules (get_normalized_target_modules)
@@ -183,8 +213,10 @@ def outside_set_pool(spec: AdapterSpec, pool: frozenset[str], subject: str,
             continue
         grouped.add(("LG104", "module", m.target), m.module, {"target": m.target,
                                                               "served": served})
-    return [make_violation("LG104", "module", subject, **{**details, "module": more(name, n)})
-            for (_c, _v, *_), (name, n, details) in grouped.items.items()]
+    found = [make_violation("LG104", "module", subject, **{**details, "module": more(name, n)})
+             for (_c, _v, *_), (name, n, details) in grouped.items.items()]
+    return _outcome(spec, found, dataclasses.replace(limits, target_modules=pool),
+                    "no --lora-target-modules: the start-up adapters' target_modules")
 
 
 # sglang's indexed shared experts: written over routed experts before 0.5.23, refused from it
