@@ -727,3 +727,52 @@ def test_embedding_lora_the_config_names_serves_with_no_violation(guard, env, tm
 
     assert seen.violations == []
     assert manager.loras["named"].embedding_layers  # read, and served from the pool
+
+
+SEVEN = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.mark.parametrize("config", ["listed", "all-linear"])
+def test_without_lora_guard_weights_outside_the_pool_are_refused_or_fail_the_first_batch(
+        env, tmp_path, config):
+    """Trained on the seven projections, loaded into --lora-target-modules q_proj v_proj:
+    sglang never serves part of it. A config listing them is refused (can_support); one saying
+    "all-linear" loads, its o/gate/up/down weights are skipped with a warning, and the first
+    batch that uses it fails (the scheduler stops)."""
+    folder = h.peft_adapter(tmp_path / "seven", target_modules=SEVEN)
+    if config == "all-linear":
+        h.edit_config(folder, target_modules="all-linear")
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"q_proj", "v_proj"})
+
+    result = manager.load_lora_adapter(h.sglang_ref("seven", folder))
+
+    if config == "listed":
+        assert result.success is False and "incompatible with the current LoRA memory pool" \
+            in result.error_message
+    else:
+        assert result.success is True
+        with pytest.raises(ValueError, match="Cannot find target module name"):
+            manager.fetch_new_loras({"seven"})
+
+
+@pytest.mark.lora_guard(expect=["LG104"])  # sglang makes it a failed result
+@pytest.mark.parametrize(("config", "outcome"), [
+    ("listed", "refuses the load"),
+    ("all-linear", "loads the adapter, skips these weights with a warning and fails the first "
+                   "batch that uses it")])
+def test_weights_outside_the_pool_are_refused_at_load_saying_what_sglang_would_do(
+        guard, env, tmp_path, config, outcome):
+    folder = h.peft_adapter(tmp_path / "seven", target_modules=SEVEN)
+    if config == "all-linear":
+        h.edit_config(folder, target_modules="all-linear")
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"q_proj", "v_proj"})
+
+    result = manager.load_lora_adapter(h.sglang_ref("seven", folder))
+
+    assert result.success is False
+    said = result.error_message
+    assert said.startswith("LG104 unsupported-target: adapter 'seven': module ")
+    assert all(f"({t}) is not among sglang=={env.version}'s LoRA modules" in said
+               for t in ("o_proj", "gate_proj", "up_proj", "down_proj"))
+    assert outcome in said and "--lora-target-modules naming every module" in said
+    assert manager.loras == {} and manager.configs == {}
