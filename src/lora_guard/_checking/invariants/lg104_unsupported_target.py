@@ -103,7 +103,7 @@ _SGLANG_PACKED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_pro
 
 
 def _outcome(spec: AdapterSpec, violations: list[Violation], limits: Any,
-             source: str = "--lora-target-modules") -> list[Violation]:
+             source: str | None = None) -> list[Violation]:
     """``module`` violations (the grouped ones, only) as ``pool`` ones, saying what sglang does
     (``pool-by-config``): it refuses an adapter whose config names a module outside its pool
     (``LoRAMemoryPool.can_support``; at start-up ``LoRAManager.init_lora_shapes``), and
@@ -122,7 +122,10 @@ def _outcome(spec: AdapterSpec, violations: list[Violation], limits: Any,
                "scheduler stops)")
     return [make_violation("LG104", "pool", v.subject, module=v.details["module"],
                            target=v.details["target"], served=v.details["served"],
-                           engine=engine, source=source, outcome=outcome)
+                           engine=engine, outcome=outcome, source=source or (
+                               "--lora-target-modules"
+                               if limits.engine_options.get("lora_target_modules")
+                               else "the running server's pool"))
             for v in violations]
 
 
