@@ -32,7 +32,8 @@ _SGLANG_FLAGS = (
          "pool rank; default: the largest r of --lora-paths (LG101)"),
     Flag("--lora-target-modules", "lora_target_modules", "list", None,
          "modules of the pool (q/k/v stack into qkv_proj, gate/up into gate_up_proj; 'all' "
-         "every supported one); default: the union of the adapters' (LG104)", _SGLANG_TARGETS),
+         "every supported one); default: the union of the --lora-paths adapters' "
+         "target_modules (LG104)", _SGLANG_TARGETS),
     Flag("--max-loras-per-batch", "max_loras_per_batch", "int", 8,
          "GPU slots of one batch; adapters beyond it wait (no limit on the set)"),
     Flag("--max-loaded-loras", "max_loaded_loras", "int", None,
