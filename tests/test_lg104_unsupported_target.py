@@ -232,6 +232,35 @@ def test_sglang_says_what_it_does_with_weights_outside_its_lora_target_modules(
     assert lg.check_adapters([folder], _sglang("--lora-target-modules", "all")).ok
 
 
+@pytest.mark.parametrize("served", [("all",), ("q_proj", "v_proj", "gate_up_proj",
+                                                "down_proj")])
+def test_sglang_fails_moe_experts_saved_by_target_parameters(
+        tmp_path: pathlib.Path, served: tuple[str, ...]) -> None:
+    """PEFT's target_parameters saves a fused MoE's expert LoRA as mlp.experts.base_layer.lora_A
+    (gate_up) and mlp.experts.lora_A (down). sglang 0.5.23 finds a weight's pool module by the
+    module's name inside the weight's name: none is in these, so it loads the adapter, skips
+    them with a warning and fails the first batch that uses it, whatever it serves (the engine
+    tier measured it on sglang's own Qwen2-MoE)."""
+    from conftest_adapters import peft_adapter
+
+    folder = peft_adapter(tmp_path / "flat", model="qwen3moe", r=4, lora_alpha=4,
+                          target_modules=["q_proj", "v_proj"],
+                          target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"])
+
+    report = lg.check_adapters([folder], _sglang("--lora-target-modules", *served))
+
+    assert report.codes() == ["LG104"] * 2, messages(report)  # gate_up and down, once each
+    assert messages(report).splitlines()[1].endswith(
+        "/flat': model.layers.0.mlp.experts.base_layer (and 1 more) holds MoE expert LoRA "
+        "(gate_up_proj) in the layout of PEFT's target_parameters; sglang==0.5.23 finds a "
+        "weight's LoRA module "
+        "by its name, finds none in these, loads the adapter, skips them with a warning and "
+        "fails the first batch that uses it.")
+    assert report.violations[0].hint.startswith("Save the experts' LoRA in a layout")
+    assert "model.layers.0.mlp.experts (and 1 more) holds MoE expert LoRA (down_proj)" in \
+        report.violations[0].message
+
+
 def test_sglang_without_target_modules_serves_the_union_of_the_start_up_adapters(
         tmp_path: pathlib.Path) -> None:
     """No --lora-target-modules: sglang 0.5.23 builds its pool from the union of the start-up

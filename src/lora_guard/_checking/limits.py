@@ -31,7 +31,7 @@ ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-fr
                 "target-modules-by-name", "saved-embeddings-refused", "slots-in-every-layer",
                 "embeddings-by-architecture", "stacked-from-first", "peft-selects-modules",
                 "peft-type-any-case", "peft-type-unread", "targets-from-set",
-                "embeddings-by-config", "pool-by-config")
+                "embeddings-by-config", "pool-by-config", "flat-experts-unmatched")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:
@@ -188,7 +188,9 @@ class ServingLimits:
     where the adapter's own ``target_modules`` names the module: sglang, LG104),
     ``pool-by-config`` (a weight outside ``target_modules`` is refused at load when the
     adapter's config names such a module, else skipped and the first batch fails: sglang,
-    LG104's message says which)."""
+    LG104's message says which), ``flat-experts-unmatched`` (MoE expert LoRA in PEFT's
+    ``target_parameters`` layout is matched to no module and fails the first batch: sglang,
+    LG104)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 

@@ -158,6 +158,14 @@ _SGLANG_RULES = (
          "rank (rank_pattern) fails the copy when the adapter enters the pool",
          "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
          uses=("moe-expert-ranks",)),
+    Rule("LG104", "MoE expert LoRA saved by PEFT's target_parameters "
+         "(mlp.experts.base_layer.lora_A, mlp.experts.lora_A) is matched to no pool module: "
+         "a weight's module is found by a pool module's name inside the weight's name, and "
+         "none is in these; the adapter loads, they are skipped with a warning and the first "
+         "batch that uses it fails, whatever --lora-target-modules says (measured by the "
+         "engine tier)", "sglang/srt/lora/utils.py:get_target_module_name; "
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
+         uses=("flat-experts-unmatched",)),
     Rule("LG104", "indexed shared-expert weights (shared_experts.<i>) are written over the "
          "routed experts' buffers without a word", "sglang/srt/lora/mem_pool.py:"
          "LoRAMemoryPool.load_lora_weight_to_buffer", until="0.5.23", engine_refuses=False,

@@ -68,9 +68,10 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     stacked = "stacked-from-first" in rules
     selects = "peft-selects-modules" in rules
     dropped = _embeddings_not_named(ctx) if "embeddings-by-config" in rules else []
+    flat = _flat_experts(ctx) if "flat-experts-unmatched" in rules else []
     # most adapters: served modules only
     if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked or selects
-            or dropped):
+            or dropped or flat):
         return _outcome(spec, grouped_violations(ctx, "LG104", "module"), ctx.limits)
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
              for key in spec.unknown_keys[:MAX_PER_KIND]]
@@ -90,11 +91,40 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
         found += _stack_incomplete(ctx)
     if selects:
         found += not_selected(spec, subject, ctx.limits.engine or "the server")
-    served = grouped_violations(ctx, "LG104", "module")  # modules not served
-    if dropped:  # dropped as the adapter is read, they never reach the server's modules
+    return found + dropped + flat + _not_served(ctx, dropped, flat)
+
+
+def _not_served(ctx: AdapterContext, dropped: list[Violation],
+                flat: list[Violation]) -> list[Violation]:
+    """The modules the server does not serve (the module pass's), but those another finding
+    of the adapter already says: embeddings dropped as the adapter is read (they never reach
+    the server's modules), flat experts (said by what the engine does with their names)."""
+    served = grouped_violations(ctx, "LG104", "module")
+    if dropped:
         gone = {v.details["target"] for v in dropped}
         served = [v for v in served if v.details.get("target") not in gone]
-    return found + dropped + _outcome(spec, served, ctx.limits)
+    if flat:
+        said = {str(v.details["module"]).split(" (and ", 1)[0] for v in flat}
+        served = [v for v in served
+                  if str(v.details.get("module", "")).split(" (and ", 1)[0] not in said]
+    return _outcome(ctx.spec, served, ctx.limits)
+
+
+def _flat_experts(ctx: AdapterContext) -> list[Violation]:
+    """MoE expert LoRA saved by PEFT's ``target_parameters`` (``mlp.experts.base_layer.lora_A``
+    for gate_up, ``mlp.experts.lora_A`` for down): sglang finds a weight's pool module by a
+    module name inside the weight's name, and no pool module (``gate_up_proj``, ``down_proj``,
+    ...) is in these names; it loads the adapter, skips them with a warning and fails the
+    first batch that uses it (``LoRAMemoryPool.load_lora_weight_to_buffer``), whatever
+    ``--lora-target-modules`` says (measured on 0.5.23 and 0.5.20)."""
+    grouped = Grouped()
+    for m in ctx.spec.modules.values():
+        if m.kind == "moe-flat":
+            grouped.add((m.target,), m.module, {"target": m.target})
+    engine = ctx.limits.engine or "the server"
+    return [make_violation("LG104", "flat-experts", ctx.subject, module=more(name, n),
+                           engine=engine, **details)
+            for name, n, details in grouped.items.values()]
 
 
 # sglang's packed names of a config's target_modules (get_normalized_target_modules)
@@ -214,6 +244,8 @@ def outside_set_pool(spec: AdapterSpec, pool: frozenset[str], subject: str,
         embedding = _embedding_of(m)
         if embedding is not None and named is not None and embedding not in named:
             continue
+        if m.kind == "moe-flat" and "flat-experts-unmatched" in limits.engine_rules:
+            continue  # `_flat_experts` says what the engine does with them
         grouped.add(("LG104", "module", m.target), m.module, {"target": m.target,
                                                               "served": served})
     found = [make_violation("LG104", "module", subject, **{**details, "module": more(name, n)})
