@@ -776,3 +776,56 @@ def test_weights_outside_the_pool_are_refused_at_load_saying_what_sglang_would_d
                for t in ("o_proj", "gate_proj", "up_proj", "down_proj"))
     assert outcome in said and "--lora-target-modules naming every module" in said
     assert manager.loras == {} and manager.configs == {}
+
+
+def _flat_moe_adapter(tmp_path):
+    """PEFT's target_parameters adapter on the tier's tiny Qwen2-MoE (transformers fuses its
+    experts into 3-D parameters): expert LoRA saved as mlp.experts.base_layer.lora_A/B
+    (gate_up) and mlp.experts.lora_A/B (down), next to q/v LoRA."""
+    import moe
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(moe.qwen2_moe_config())
+    get_peft_model(model, LoraConfig(
+        r=8, target_modules=["q_proj", "v_proj"],
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+    )).save_pretrained(str(tmp_path / "flat"))
+    return tmp_path / "flat"
+
+
+def _moe_server(env):
+    import moe
+    from sglang.srt.models.qwen2_moe import Qwen2MoeForCausalLM
+
+    config = moe.qwen2_moe_config()
+    return env.manager.LoRAManager(
+        Qwen2MoeForCausalLM(config, quant_config=None), config, max_loras_per_batch=2,
+        load_config=env.LoadConfig(), dtype=torch.float32, server_args=env.args,
+        lora_backend="torch_native", max_lora_rank=16, target_modules={"all"}, lora_paths=None)
+
+
+def test_without_lora_guard_target_parameters_experts_fail_the_first_batch(env, tmp_path):
+    flat = _flat_moe_adapter(tmp_path)
+    manager = _moe_server(env)
+
+    assert manager.load_lora_adapter(h.sglang_ref("flat", flat)).success  # loads
+    with pytest.raises(ValueError, match=r"Cannot find target module name for \S+experts"):
+        manager.fetch_new_loras({"flat"})  # the first batch that uses it
+
+
+@pytest.mark.lora_guard(expect=["LG104"])  # sglang makes it a failed result
+def test_target_parameters_experts_are_refused_at_load_as_check_says(guard, env, tmp_path):
+    flat = _flat_moe_adapter(tmp_path)
+    manager = _moe_server(env)
+
+    result = manager.load_lora_adapter(h.sglang_ref("flat", flat))
+
+    assert result.success is False
+    assert result.error_message.startswith("LG104 unsupported-target: adapter 'flat': ")
+    assert "in the layout of PEFT's target_parameters" in result.error_message
+    checked = lg.check_adapters([flat], lg.ServingLimits.for_engine(
+        "sglang", "--max-lora-rank", "16", "--lora-target-modules", "all",
+        version=env.version))
+    assert checked.codes() == ["LG104", "LG104"]  # gate_up and down
