@@ -22,6 +22,7 @@ from lora_guard._checking.rules.peft_selection import peft_selection
 from lora_guard._checking.rules.shared import MAX_PER_KIND, PACKED, PART_OF, Grouped, more
 from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
+from lora_guard._reading.moe import MoELayout
 
 __all__ = ["is_served", "names_not_served", "not_selected", "outside_set_pool", "set_pool",
            "unsupported_target"]
@@ -117,6 +118,8 @@ def _flat_experts(ctx: AdapterContext) -> list[Violation]:
     ...) is in these names; it loads the adapter, skips them with a warning and fails the
     first batch that uses it (``LoRAMemoryPool.load_lora_weight_to_buffer``), whatever
     ``--lora-target-modules`` says (measured on 0.5.23 and 0.5.20)."""
+    if ctx.spec.moe_layout is not MoELayout.FLAT:  # a dense adapter: no pass
+        return []
     grouped = Grouped()
     for m in ctx.spec.modules.values():
         if m.kind == "moe-flat":
