@@ -308,13 +308,19 @@ def _targets_from_set(checked: list[tuple[str, AdapterSpec]], limits: ServingLim
                       by_adapter: dict[str, tuple[Violation, ...]]) -> None:
     """No target modules given (sglang): the server's modules are the union of the set's
     ``target_modules``; a weight of another module is LG104."""
-    pool = set_pool(spec.config for _, spec in checked)
+    pool = set_pool({id(spec.config): spec.config for _, spec in checked}.values())
     if pool is None:
         return
+    clean: set[tuple[int, int]] = set()  # a recipe's adapters share their config and modules
     for adapter_id, spec in checked:
+        recipe = (id(spec.config), id(spec.modules))
+        if recipe in clean:
+            continue
         found = outside_set_pool(spec, pool, f"adapter {adapter_id!r}", limits)
         if found:
             by_adapter[adapter_id] = (*by_adapter.get(adapter_id, ()), *found)
+        else:
+            clean.add(recipe)
 
 
 def adapter_servable(spec: AdapterSpec | str | os.PathLike[str],

@@ -73,7 +73,7 @@ def unsupported_target(ctx: AdapterContext) -> list[Violation]:
     # most adapters: served modules only
     if not (spec.unknown_keys or plain or saved or shared or embeddings or stacked or selects
             or dropped or flat):
-        return _outcome(spec, grouped_violations(ctx, "LG104", "module"), ctx.limits)
+        return _not_served(ctx, [], [])
     found = [make_violation("LG104", "grammar", subject, key=key)  # outside the grammar
              for key in spec.unknown_keys[:MAX_PER_KIND]]
     if len(spec.unknown_keys) > MAX_PER_KIND:
@@ -100,15 +100,17 @@ def _not_served(ctx: AdapterContext, dropped: list[Violation],
     """The modules the server does not serve (the module pass's), but those another finding
     of the adapter already says: embeddings dropped as the adapter is read (they never reach
     the server's modules), flat experts (said by what the engine does with their names)."""
-    served = grouped_violations(ctx, "LG104", "module")
-    if dropped:
+    if "pool-by-config" not in ctx.limits.engine_rules:
+        return grouped_violations(ctx, "LG104", "module")
+    items = [(name, count, details) for (code, variant, *_), (name, count, details)
+             in ctx.modules.grouped.items.items() if code == "LG104" and variant == "module"]
+    if items and dropped:
         gone = {v.details["target"] for v in dropped}
-        served = [v for v in served if v.details.get("target") not in gone]
-    if flat:
+        items = [item for item in items if item[2]["target"] not in gone]
+    if items and flat:
         said = {str(v.details["module"]).split(" (and ", 1)[0] for v in flat}
-        served = [v for v in served
-                  if str(v.details.get("module", "")).split(" (and ", 1)[0] not in said]
-    return _outcome(ctx.spec, served, ctx.limits)
+        items = [item for item in items if item[0] not in said]
+    return _pool_violations(ctx.spec, ctx.subject, items, ctx.limits)
 
 
 def _flat_experts(ctx: AdapterContext) -> list[Violation]:
@@ -135,15 +137,17 @@ _SGLANG_PACKED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_pro
                   "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}
 
 
-def _outcome(spec: AdapterSpec, violations: list[Violation], limits: Any,
-             source: str | None = None) -> list[Violation]:
-    """``module`` violations (the grouped ones, only) as ``pool`` ones, saying what sglang does
-    (``pool-by-config``): it refuses an adapter whose config names a module outside its pool
-    (``LoRAMemoryPool.can_support``; at start-up ``LoRAManager.init_lora_shapes``), and
-    loads any other, skips the weights outside the pool with a warning and fails the first
-    batch that uses it (``LoRAMemoryPool.load_lora_weight_to_buffer``)."""
-    if not violations or "pool-by-config" not in limits.engine_rules:
-        return violations
+def _pool_violations(spec: AdapterSpec, subject: str,
+                     items: list[tuple[str, int, Mapping[str, Any]]], limits: Any,
+                     source: str | None = None) -> list[Violation]:
+    """LG104 ``pool`` for each module type outside the pool (first module, count, details),
+    saying what sglang does (``pool-by-config``): it refuses an adapter whose config names a
+    module outside its pool (``LoRAMemoryPool.can_support``; at start-up
+    ``LoRAManager.init_lora_shapes``), and loads any other, skips the weights outside the
+    pool with a warning and fails the first batch that uses it
+    (``LoRAMemoryPool.load_lora_weight_to_buffer``)."""
+    if not items:
+        return []
     pool = {_SGLANG_PACKED.get(t, t) for t in (limits.target_modules or ())}
     named = config_names(spec.config) or frozenset()
     outside = sorted(t for t in named if _SGLANG_PACKED.get(t, t) not in pool)
@@ -153,13 +157,13 @@ def _outcome(spec: AdapterSpec, violations: list[Violation], limits: Any,
                f"its config does not list it, so {engine} loads the adapter, skips these "
                "weights with a warning and fails the first batch that uses it (the "
                "scheduler stops)")
-    return [make_violation("LG104", "pool", v.subject, module=v.details["module"],
-                           target=v.details["target"], served=v.details["served"],
-                           engine=engine, outcome=outcome, source=source or (
-                               "--lora-target-modules"
-                               if limits.engine_options.get("lora_target_modules")
-                               else "the running server's pool"))
-            for v in violations]
+    source = source or ("--lora-target-modules"
+                        if limits.engine_options.get("lora_target_modules")
+                        else "the running server's pool")
+    return [make_violation("LG104", "pool", subject, module=more(name, count),
+                           target=details["target"], served=details["served"],
+                           engine=engine, outcome=outcome, source=source)
+            for name, count, details in items]
 
 
 # sglang's names of the embeddings in a config's target_modules (get_normalized_target_modules)
@@ -251,10 +255,13 @@ def outside_set_pool(spec: AdapterSpec, pool: frozenset[str], subject: str,
             continue  # `_flat_experts` says what the engine does with them
         grouped.add(("LG104", "module", m.target), m.module, {"target": m.target,
                                                               "served": served})
-    found = [make_violation("LG104", "module", subject, **{**details, "module": more(name, n)})
-             for (_c, _v, *_), (name, n, details) in grouped.items.items()]
-    return _outcome(spec, found, dataclasses.replace(limits, target_modules=pool),
-                    "no --lora-target-modules: the start-up adapters' target_modules")
+    items = [(name, count, details) for name, count, details in grouped.items.values()]
+    if "pool-by-config" not in limits.engine_rules:
+        return [make_violation("LG104", "module", subject, **{**details, "module": more(n, c)})
+                for n, c, details in items]
+    return _pool_violations(spec, subject, items,
+                            dataclasses.replace(limits, target_modules=pool),
+                            "no --lora-target-modules: the start-up adapters' target_modules")
 
 
 # sglang's indexed shared experts: written over routed experts before 0.5.23, refused from it
