@@ -829,3 +829,48 @@ def test_target_parameters_experts_are_refused_at_load_as_check_says(guard, env,
         "sglang", "--max-lora-rank", "16", "--lora-target-modules", "all",
         version=env.version))
     assert checked.codes() == ["LG104", "LG104"]  # gate_up and down
+
+
+def _inferred_qv_server(tmp_path):
+    """A server started with a q/v adapter and no --lora-target-modules: its pool is
+    {qkv_proj}, the start-up adapter's target_modules."""
+    qv = h.peft_adapter(tmp_path / "qv")
+    return h.sglang_server(max_lora_rank=16, target_modules=None,
+                           lora_paths=[h.sglang_ref("qv", qv)])
+
+
+@pytest.mark.parametrize("config", ["listed", "all-linear"])
+def test_without_lora_guard_a_later_load_outside_the_inferred_pool_is_refused_or_fails(
+        env, tmp_path, config):
+    manager = _inferred_qv_server(tmp_path)
+    folder = h.peft_adapter(tmp_path / "seven", target_modules=SEVEN, seed=1)
+    if config == "all-linear":
+        h.edit_config(folder, target_modules="all-linear")
+
+    result = manager.load_lora_adapter(h.sglang_ref("seven", folder))
+
+    assert manager.memory_pool.target_modules == {"qkv_proj"}
+    if config == "listed":
+        assert result.success is False and "incompatible" in result.error_message
+    else:
+        assert result.success is True
+        with pytest.raises(ValueError, match="Cannot find target module name"):
+            manager.fetch_new_loras({"seven"})
+
+
+@pytest.mark.lora_guard(expect=["LG104"])  # sglang makes it a failed result
+@pytest.mark.parametrize(("config", "outcome"), [
+    ("listed", "refuses the load"), ("all-linear", "fails the first batch that uses it")])
+def test_a_later_load_outside_the_inferred_pool_is_refused_saying_what_sglang_would_do(
+        guard, env, tmp_path, config, outcome):
+    manager = _inferred_qv_server(tmp_path)
+    folder = h.peft_adapter(tmp_path / "seven", target_modules=SEVEN, seed=1)
+    if config == "all-linear":
+        h.edit_config(folder, target_modules="all-linear")
+
+    result = manager.load_lora_adapter(h.sglang_ref("seven", folder))
+
+    assert result.success is False
+    assert result.error_message.startswith("LG104 unsupported-target: adapter 'seven': module ")
+    assert "(o_proj) is not among" in result.error_message and outcome in result.error_message
+    assert set(manager.loras) == {"qv"}  # the server goes on serving its start-up adapter
