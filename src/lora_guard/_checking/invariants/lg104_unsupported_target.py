@@ -9,13 +9,13 @@ of the set's ``target_modules`` (``targets-from-set``: sglang's pool without
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from lora_guard._checking.engines.vllm import EMBEDDINGS, embedding_lora
 from lora_guard._checking.engines.vllm import ENGINE as VLLM
+from lora_guard._checking.limits import ServingLimits
 from lora_guard._checking.registry import adapter_check, module_rule
 from lora_guard._checking.rules.context import AdapterContext, ModuleContext, grouped_violations
 from lora_guard._checking.rules.peft_selection import peft_selection
@@ -138,9 +138,11 @@ _SGLANG_PACKED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_pro
 
 
 def _pool_violations(spec: AdapterSpec, subject: str,
-                     items: list[tuple[str, int, Mapping[str, Any]]], limits: Any,
+                     items: list[tuple[str, int, Mapping[str, Any]]], limits: ServingLimits,
+                     pool: Collection[str] | None = None,
                      source: str | None = None) -> list[Violation]:
-    """LG104 ``pool`` for each module type outside the pool (first module, count, details),
+    """LG104 ``pool`` for each module type outside the pool (``pool``, else the limits'
+    ``target_modules``; first module, count, details),
     saying what sglang does (``pool-by-config``): it refuses an adapter whose config names a
     module outside its pool (``LoRAMemoryPool.can_support``; at start-up
     ``LoRAManager.init_lora_shapes``), and loads any other, skips the weights outside the
@@ -148,9 +150,9 @@ def _pool_violations(spec: AdapterSpec, subject: str,
     (``LoRAMemoryPool.load_lora_weight_to_buffer``)."""
     if not items:
         return []
-    pool = {_SGLANG_PACKED.get(t, t) for t in (limits.target_modules or ())}
+    packed = {_SGLANG_PACKED.get(t, t) for t in (pool or limits.target_modules or ())}
     named = config_names(spec.config) or frozenset()
-    outside = sorted(t for t in named if _SGLANG_PACKED.get(t, t) not in pool)
+    outside = sorted(t for t in named if _SGLANG_PACKED.get(t, t) not in packed)
     engine = limits.engine or "the server"
     outcome = (f"its config names {', '.join(outside)}, so {engine} refuses the load (at "
                "start-up the server does not start)" if outside else
@@ -232,7 +234,7 @@ def set_pool(configs: Iterable[Mapping[str, Any]]) -> frozenset[str] | None:
 
 
 def outside_set_pool(spec: AdapterSpec, pool: frozenset[str], subject: str,
-                     limits: Any) -> list[Violation]:
+                     limits: ServingLimits) -> list[Violation]:
     """LG104 for the modules of ``spec`` outside ``pool`` (`set_pool`), grouped by module type
     as the module pass groups them: sglang loads their weights, skips them with a warning and
     fails the first batch that uses the adapter (``LoRAMemoryPool.load_lora_weight_to_buffer``).
@@ -259,8 +261,7 @@ def outside_set_pool(spec: AdapterSpec, pool: frozenset[str], subject: str,
     if "pool-by-config" not in limits.engine_rules:
         return [make_violation("LG104", "module", subject, **{**details, "module": more(n, c)})
                 for n, c, details in items]
-    return _pool_violations(spec, subject, items,
-                            dataclasses.replace(limits, target_modules=pool),
+    return _pool_violations(spec, subject, items, limits, pool,
                             "no --lora-target-modules: the start-up adapters' target_modules")
 
 
