@@ -32,7 +32,8 @@ _SGLANG_FLAGS = (
          "pool rank; default: the largest r of --lora-paths (LG101)"),
     Flag("--lora-target-modules", "lora_target_modules", "list", None,
          "modules of the pool (q/k/v stack into qkv_proj, gate/up into gate_up_proj; 'all' "
-         "every supported one); default: the union of the adapters' (LG104)", _SGLANG_TARGETS),
+         "every supported one); default: the union of the --lora-paths adapters' "
+         "target_modules (LG104)", _SGLANG_TARGETS),
     Flag("--max-loras-per-batch", "max_loras_per_batch", "int", 8,
          "GPU slots of one batch; adapters beyond it wait (no limit on the set)"),
     Flag("--max-loaded-loras", "max_loaded_loras", "int", None,
@@ -67,6 +68,8 @@ def _sglang_build(options: Mapping[str, Any], release: EngineProfile) -> dict[st
     rules = list(release.uses())
     if options.get("max_lora_rank") is None:
         rules.append("rank-from-set")
+    if not targets:  # the pool's modules: the start-up adapters' (LoRAManager.init_lora_shapes)
+        rules.append("targets-from-set")
     return {
         "max_rank": options.get("max_lora_rank"),
         "target_modules": None if not targets or "all" in targets else targets,
@@ -97,11 +100,23 @@ _SGLANG_RULES = (
          "adapter (not converted to plain LoRA) serves on the original base weights it no "
          "longer matches", "sglang/srt/lora/lora_config.py:LoRAConfig.__init__",
          engine_refuses=False),
-    Rule("LG104", "the adapter's target modules, normalised (q/k/v -> qkv_proj, gate/up -> "
-         "gate_up_proj), must be a subset of --lora-target-modules",
-         "sglang/srt/lora/utils.py:get_normalized_target_modules; "
-         "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes",
-         uses=("packed-slices", "target-modules-list")),
+    Rule("LG104", "the adapter's modules, normalised (q/k/v -> qkv_proj, gate/up -> "
+         "gate_up_proj), must be among the pool's: --lora-target-modules, or without it the "
+         "union of the start-up adapters' target_modules ('all-linear': every module). A "
+         "config naming another module is refused (at start-up: the server does not start); "
+         "weights of another module under a config that does not name it ('all-linear', an "
+         "edited list) load, are skipped with a warning, and the first batch that uses the "
+         "adapter fails (the scheduler stops)",
+         "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes; "
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.can_support, "
+         "LoRAMemoryPool.load_lora_weight_to_buffer",
+         uses=("packed-slices", "target-modules-list", "pool-by-config")),
+    Rule("LG104", "LoRA weights of embed_tokens or lm_head are read only when the adapter's "
+         "own target_modules names the module (or is 'all' / 'all-linear'): otherwise they "
+         "are dropped without a word (a debug log line) and the base module is served, "
+         "whatever --lora-target-modules serves", "sglang/srt/lora/lora.py:"
+         "LoRAAdapter._process_weight", engine_refuses=False,
+         uses=("embeddings-by-config",)),
     Rule("LG202", "target_modules as a string other than 'all' / 'all-linear' (a PEFT regex), "
          "or null fails the load",
          "sglang/srt/lora/utils.py:get_normalized_target_modules; "
@@ -117,9 +132,15 @@ _SGLANG_RULES = (
          "rank_pattern that gives them different ranks is refused when the weights are stacked",
          "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj",
          uses=("packed-ranks-uniform",)),
-    Rule("LG112", "one scaling for the whole adapter, lora_alpha / r: use_rslora, alpha_pattern "
-         "and a rank_pattern rank other than r load and serve at the wrong strength",
+    Rule("LG112", "one scaling for the whole adapter, lora_alpha / r: use_rslora and "
+         "alpha_pattern load and serve at the wrong strength",
          "sglang/srt/lora/lora.py:LoRAAdapter.__init__", engine_refuses=False,
+         uses=("one-scaling",)),
+    Rule("LG112", "a rank_pattern rank other than r (below it, or above it within "
+         "--max-lora-rank) loads, and the first batch that uses the adapter fails: each "
+         "module's slot in the pool is r wide (measured by the engine tier; its scaling, "
+         "lora_alpha / r, would be wrong too)",
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
          uses=("one-scaling",)),
     Rule("LG106", "no dtype rule: weights are copied into the pool's buffers, in the model's "
          "dtype", "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
@@ -137,6 +158,14 @@ _SGLANG_RULES = (
          "rank (rank_pattern) fails the copy when the adapter enters the pool",
          "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
          uses=("moe-expert-ranks",)),
+    Rule("LG104", "MoE expert LoRA saved by PEFT's target_parameters "
+         "(mlp.experts.base_layer.lora_A, mlp.experts.lora_A) is matched to no pool module: "
+         "a weight's module is found by a pool module's name inside the weight's name, and "
+         "none is in these; the adapter loads, they are skipped with a warning and the first "
+         "batch that uses it fails, whatever --lora-target-modules says (measured by the "
+         "engine tier)", "sglang/srt/lora/utils.py:get_target_module_name; "
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
+         uses=("flat-experts-unmatched",)),
     Rule("LG104", "indexed shared-expert weights (shared_experts.<i>) are written over the "
          "routed experts' buffers without a word", "sglang/srt/lora/mem_pool.py:"
          "LoRAMemoryPool.load_lora_weight_to_buffer", until="0.5.23", engine_refuses=False,
