@@ -291,6 +291,34 @@ def test_sglang_without_target_modules_serves_the_union_of_the_start_up_adapters
     assert given.codes() == ["LG104"]  # the pool as given: the same verdict
 
 
+def test_sglang_sizes_its_pool_by_the_start_up_adapters_not_by_those_loaded_later(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`lora-guard check LATER -- sglang serve ... --lora-paths qv=QV`: sglang builds its pool
+    from QV alone (its target_modules and its r, LoRAManager.init_lora_shapes), so LATER,
+    loaded by a client once the server runs, is refused when its config names o_proj or its
+    r is above QV's. The check judges LATER by that pool, not by the union of both."""
+    from lora_guard._frontends.cli import main
+
+    qv = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj"]), tmp_path / "qv")
+    wider = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj", "o_proj"]),
+                 tmp_path / "wider")
+    larger = save(llama(), LoraConfig(r=16, target_modules=["q_proj", "v_proj"]),
+                  tmp_path / "larger")
+    serve = ["--", "sglang", "serve", "--model-path", "m", "--lora-paths", f"qv={qv}"]
+
+    assert main(["check", str(wider), "--format", "json", *serve]) == 1
+    out = capsys.readouterr().out
+    assert '"code": "LG104"' in out and "its config names o_proj, so sglang" in out
+    assert "the start-up adapters' target_modules" in out
+    assert main(["check", str(larger), "--format", "json", *serve]) == 1
+    assert '"code": "LG101"' in capsys.readouterr().out
+    # the wider adapter among the start-up ones widens the pool: both start and serve
+    assert main(["check", "--", "sglang", "serve", "--model-path", "m", "--lora-paths",
+                 f"qv={qv}", f"wider={wider}", f"larger={larger}"]) == 0
+    limits = lg.ServingLimits.for_engine("sglang==0.5.23", "--lora-paths", f"qv={qv}")
+    assert (limits.max_rank, sorted(limits.target_modules or ())) == (8, ["q_proj", "v_proj"])
+
+
 # --- PEFT: the modules the adapter's own config selects ------------------------------------
 
 

@@ -15,7 +15,8 @@ from typing import Any, cast
 
 from lora_guard._checking.checks import MoELayout
 from lora_guard._checking.discovery import PathOrSpec, Target, as_list, discover_all, folder_path
-from lora_guard._checking.invariants.lg104_unsupported_target import outside_set_pool, set_pool
+from lora_guard._checking.engines.sglang import config_names, set_pool
+from lora_guard._checking.invariants.lg104_unsupported_target import outside_set_pool
 from lora_guard._checking.limits import ServingLimits, limits_argument
 from lora_guard._checking.report import SCHEMA_VERSION, SET, Report
 from lora_guard._checking.rules.recipe_outcome import PartsOutcome, RecipeOutcome
@@ -308,19 +309,19 @@ def _targets_from_set(checked: list[tuple[str, AdapterSpec]], limits: ServingLim
                       by_adapter: dict[str, tuple[Violation, ...]]) -> None:
     """No target modules given (sglang): the server's modules are the union of the set's
     ``target_modules``; a weight of another module is LG104."""
-    pool = set_pool({id(spec.config): spec.config for _, spec in checked}.values())
+    pool = set_pool(spec.config for _, spec in checked)
     if pool is None:
         return
-    clean: set[tuple[int, int]] = set()  # a recipe's adapters share their config and modules
+    clean: set[tuple[Any, frozenset[str] | None]] = set()  # what the verdict reads, by value
     for adapter_id, spec in checked:
-        recipe = (id(spec.config), id(spec.modules))
-        if recipe in clean:
+        parts = None if spec.parts_key is None else (spec.parts_key, config_names(spec.config))
+        if parts in clean:
             continue
         found = outside_set_pool(spec, pool, f"adapter {adapter_id!r}", limits)
         if found:
             by_adapter[adapter_id] = (*by_adapter.get(adapter_id, ()), *found)
-        else:
-            clean.add(recipe)
+        elif parts is not None:
+            clean.add(parts)
 
 
 def adapter_servable(spec: AdapterSpec | str | os.PathLike[str],

@@ -75,8 +75,8 @@ from typing import Any
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_cache_entry, check_slot_maps_violations
 from .._checking.engines import SPECS
+from .._checking.engines.sglang import set_pool
 from .._checking.invariants import settled_codes
-from .._checking.invariants.lg104_unsupported_target import set_pool
 from .._checking.limits import running_limits
 from .._core.config import STATE, report
 from .._core.errors import LoRAGuardError, Violation, make_violation

@@ -4,7 +4,7 @@ and its source."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lora_guard._checking.engines.spec import (
@@ -15,8 +15,10 @@ from lora_guard._checking.engines.spec import (
     Rule,
     ServeSpec,
 )
+from lora_guard._reading.config import read_config
+from lora_guard._reading.malformed import Malformed
 
-__all__ = ["ENGINE"]
+__all__ = ["EMBEDDING_NAMES", "ENGINE", "config_names", "set_pool"]
 
 _SGLANG_TARGETS = (
     "q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "kv_a_proj_with_mqa", "q_b_proj",
@@ -65,17 +67,72 @@ def _sglang_validate(options: Mapping[str, Any]) -> None:
 
 def _sglang_build(options: Mapping[str, Any], release: EngineProfile) -> dict[str, Any]:
     targets = options.get("lora_target_modules")
+    max_rank = options.get("max_lora_rank")
     rules = list(release.uses())
-    if options.get("max_lora_rank") is None:
-        rules.append("rank-from-set")
+    start_up = _start_up_configs(options) if not targets or max_rank is None else None
+    pool: Iterable[str] | None = None if not targets or "all" in targets else targets
+    if max_rank is None:  # sglang sizes the pool by the largest r of --lora-paths
+        if start_up is None:
+            rules.append("rank-from-set")
+        else:
+            max_rank = max((c["r"] for c in start_up if type(c.get("r")) is int), default=None)
     if not targets:  # the pool's modules: the start-up adapters' (LoRAManager.init_lora_shapes)
-        rules.append("targets-from-set")
+        if start_up is None:
+            rules.append("targets-from-set")
+        else:
+            pool = set_pool(start_up)
     return {
-        "max_rank": options.get("max_lora_rank"),
-        "target_modules": None if not targets or "all" in targets else targets,
+        "max_rank": max_rank,
+        "target_modules": pool,
         "max_loaded": options.get("max_loaded_loras"),
         "engine_rules": rules,
     }
+
+
+def _start_up_configs(options: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The ``adapter_config.json`` of each ``--lora-paths`` adapter, which sglang's pool is
+    sized by when no ``--max-lora-rank`` / ``--lora-target-modules`` is given; None when no
+    adapter is named, or one cannot be read here (a hub id, a missing folder: the check reads
+    and reports it itself), and the set checked stands for the start-up adapters."""
+    configs = []
+    for _, path in options.get("lora_paths") or ():
+        try:
+            config, _ = read_config(path)
+        except (Malformed, OSError, ValueError):
+            return None
+        configs.append(config)
+    return configs or None
+
+
+# sglang's names of the embeddings in a config's target_modules (get_normalized_target_modules)
+EMBEDDING_NAMES = {"embed_tokens": "embed_tokens", "vocab_emb": "embed_tokens",
+                   "embeddings": "embed_tokens", "word_embeddings": "embed_tokens",
+                   "lm_head": "lm_head", "output": "lm_head", "unembed_tokens": "lm_head"}
+
+
+def config_names(config: Mapping[str, Any]) -> frozenset[str] | None:
+    """The modules a config's ``target_modules`` list names as sglang reads them: each name's
+    last dotted part, an embedding by its own name (``output`` -> ``lm_head``); None for any
+    other value (a string such as ``all-linear`` names every module)."""
+    targets = config.get("target_modules")
+    if not isinstance(targets, list):
+        return None
+    lasts = (name.rsplit(".", 1)[-1] for name in targets if isinstance(name, str))
+    return frozenset(EMBEDDING_NAMES.get(last, last) for last in lasts)
+
+
+def set_pool(configs: Iterable[Mapping[str, Any]]) -> frozenset[str] | None:
+    """The modules of sglang's pool started without ``--lora-target-modules``: the union of
+    the start-up adapters' ``target_modules`` (`config_names`); None when one is a string
+    (``all-linear``: every module of the base) or none names any
+    (``LoRAManager.init_lora_shapes``)."""
+    union: set[str] = set()
+    for config in configs:
+        if isinstance(config.get("target_modules"), str):
+            return None
+        union |= config_names(config) or frozenset()
+    return frozenset(union) or None
+
 
 
 _SGLANG_RULES = (

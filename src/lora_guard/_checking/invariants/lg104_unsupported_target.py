@@ -10,9 +10,10 @@ of the set's ``target_modules`` (``targets-from-set``: sglang's pool without
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
+from lora_guard._checking.engines.sglang import EMBEDDING_NAMES, config_names
 from lora_guard._checking.engines.vllm import EMBEDDINGS, embedding_lora
 from lora_guard._checking.engines.vllm import ENGINE as VLLM
 from lora_guard._checking.limits import ServingLimits
@@ -24,7 +25,7 @@ from lora_guard._core.errors import Violation, make_violation
 from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
 from lora_guard._reading.moe import MoELayout
 
-__all__ = ["is_served", "names_not_served", "not_selected", "outside_set_pool", "set_pool",
+__all__ = ["is_served", "names_not_served", "not_selected", "outside_set_pool",
            "unsupported_target"]
 
 
@@ -158,31 +159,17 @@ def _pool_violations(spec: AdapterSpec, subject: str,
                f"its config does not list it, so {engine} loads the adapter, skips these "
                "weights with a warning and fails the first batch that uses it (the "
                "scheduler stops)")
-    source = source or ("--lora-target-modules"
-                        if limits.engine_options.get("lora_target_modules")
-                        else "the running server's pool")
+    options = limits.engine_options
+    source = source or ("--lora-target-modules" if options.get("lora_target_modules") else
+                        _FROM_START_UP if options.get("lora_paths") else
+                        "the running server's pool")
     return [make_violation("LG104", "pool", subject, module=more(name, count),
                            target=details["target"], served=details["served"],
                            engine=engine, outcome=outcome, source=source)
             for name, count, details in items]
 
 
-# sglang's names of the embeddings in a config's target_modules (get_normalized_target_modules)
-_EMBEDDING_NAMES = {"embed_tokens": "embed_tokens", "vocab_emb": "embed_tokens",
-                    "embeddings": "embed_tokens", "word_embeddings": "embed_tokens",
-                    "lm_head": "lm_head", "output": "lm_head", "unembed_tokens": "lm_head"}
 _LAYER = re.compile(r"layers\.\d+\.")
-
-
-def config_names(config: Mapping[str, Any]) -> frozenset[str] | None:
-    """The modules a config's ``target_modules`` list names as sglang reads them: each name's
-    last dotted part, an embedding by its own name (``output`` -> ``lm_head``); None for any
-    other value (a string such as ``all-linear`` names every module)."""
-    targets = config.get("target_modules")
-    if not isinstance(targets, list):
-        return None
-    lasts = (name.rsplit(".", 1)[-1] for name in targets if isinstance(name, str))
-    return frozenset(_EMBEDDING_NAMES.get(last, last) for last in lasts)
 
 
 def _embedding_of(module: LoRAModuleSpec) -> str | None:
@@ -199,7 +186,7 @@ def _embeddings_not_named(ctx: AdapterContext) -> list[Violation]:
     ``target_modules`` list does not name: sglang drops them as it reads the adapter, with a
     debug log line (``LoRAAdapter._process_weight``), and serves the base module."""
     spec = ctx.spec
-    if not any(t in _EMBEDDING_NAMES for t in spec.target_modules):
+    if not any(t in EMBEDDING_NAMES for t in spec.target_modules):
         return []
     named = config_names(spec.config)
     if named is None:
@@ -217,19 +204,6 @@ def _embeddings_not_named(ctx: AdapterContext) -> list[Violation]:
                 outcome=f"its weights are dropped without a word and the base {embedding} "
                         "is served"))
     return found[:MAX_PER_KIND]
-
-
-def set_pool(configs: Iterable[Mapping[str, Any]]) -> frozenset[str] | None:
-    """The modules of sglang's pool started without ``--lora-target-modules``: the union of
-    the start-up adapters' ``target_modules`` (`config_names`); None when one is a string
-    (``all-linear``: every module of the base) or none names any
-    (``LoRAManager.init_lora_shapes``)."""
-    union: set[str] = set()
-    for config in configs:
-        if isinstance(config.get("target_modules"), str):
-            return None
-        union |= config_names(config) or frozenset()
-    return frozenset(union) or None
 
 
 def outside_set_pool(spec: AdapterSpec, pool: frozenset[str], subject: str,
@@ -260,8 +234,10 @@ def outside_set_pool(spec: AdapterSpec, pool: frozenset[str], subject: str,
     if "pool-by-config" not in limits.engine_rules:
         return [make_violation("LG104", "module", subject, **{**details, "module": more(n, c)})
                 for n, c, details in items]
-    return _pool_violations(spec, subject, items, limits, pool,
-                            "no --lora-target-modules: the start-up adapters' target_modules")
+    return _pool_violations(spec, subject, items, limits, pool, _FROM_START_UP)
+
+
+_FROM_START_UP = "no --lora-target-modules: the start-up adapters' target_modules"
 
 
 # sglang's indexed shared experts: written over routed experts before 0.5.23, refused from it
