@@ -48,7 +48,8 @@ _SGLANG_FLAGS = (
          "not modelled by the check yet"),
     Flag("--lora-paths", "lora_paths", "adapters", None,
          "adapters loaded at start-up: PATH, NAME=PATH or JSON {\"lora_name\", \"lora_path\"} "
-         "(checked)"),
+         "(checked); without --max-lora-rank / --lora-target-modules their configs size the "
+         "pool, and adapters checked beside them are judged as loaded later, by that pool"),
 )
 
 
