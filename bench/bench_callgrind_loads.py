@@ -205,6 +205,7 @@ def _vllm_row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any]
         _GUARDED.clear()
     return load, forget if row == "vllm-r8-first" else None, vllm_guard
 
+
 _WARM = {"sglang-swap-in": 200}
 """Warm-up calls after each switch, where 3 are too few: instrument() and uninstrument()
 replace class attributes, which drops the interpreter's specializations of the engine's code
