@@ -578,7 +578,7 @@ def _verified(pool: Any, uid_to_slot: Mapping[Any, Any], slot_to_uid: Any) -> No
             _POOLS.add(pool)
 
 
-def _unseal(pool: Any) -> None:
+def _give_back(pool: Any) -> None:
     """sglang's own list back in the pool, holding the current slots."""
     slot_to_uid = getattr(pool, "buffer_id_to_uid", None)
     if type(slot_to_uid) is _SlotUids:
@@ -606,8 +606,8 @@ def _prepare_fast(original: Callable[..., Any],
     def prepare_lora_batch(self: Any, cur_uids: Any, lora_adapters: Any, lora_modules: Any,
                            lora_refs: Any, lora_embed_tokens_module: Any,
                            lora_lm_head_module: Any) -> Any:
-        slot_to_uid = self.buffer_id_to_uid
         try:  # len: at most as many adapters as slots, whatever the collection
+            slot_to_uid = self.buffer_id_to_uid
             ready = slot_to_uid.uids == self.uid_to_buffer_id and \
                 len(cur_uids) <= self.max_loras_per_batch
         except (AttributeError, TypeError):  # sglang's own list (not verified yet)
@@ -742,9 +742,10 @@ def _set_lora_info(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
 
 
 def _forget() -> None:
-    """On uninstrument: the layout registries, the release's answers, sglang's own maps."""
+    """On uninstrument: the layout registries, the release's answers; sglang's own slot
+    lists back in their pools."""
     for pool in list(_POOLS):
-        _unseal(pool)
+        _give_back(pool)
     _POOLS.clear()
     _REGISTRIES.clear()
     _ENGINE_CHECKS.clear()
