@@ -571,11 +571,11 @@ def _verified(pool: Any, uid_to_slot: Mapping[Any, Any], slot_to_uid: Any) -> No
     if type(slot_to_uid) is _SlotUids:
         slot_to_uid.uids = uids
     elif type(slot_to_uid) is list:  # another type: nothing remembered, every step verified
-        with contextlib.suppress(AttributeError, TypeError):  # a pool that refuses it
+        with contextlib.suppress(AttributeError, TypeError):  # a pool that refuses either
+            _POOLS.add(pool)  # first: a list put in is always given back
             # set as sglang sets it (``vars(pool)`` would turn the pool's attributes into a
             # dict of their own: sglang's every ``self.`` read a little slower)
             pool.buffer_id_to_uid = _SlotUids(slot_to_uid, uids)
-            _POOLS.add(pool)
 
 
 def _give_back(pool: Any) -> None:
