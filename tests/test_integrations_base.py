@@ -461,7 +461,7 @@ def _remembered(folder: Path) -> tuple[Any, Any, Any]:
     (as the first load found clean, then a second, leave it)."""
     from lora_guard.integrations._base import CleanVerdicts, read_key
 
-    verdicts, limits = CleanVerdicts("a test's loads"), object()
+    verdicts, limits = CleanVerdicts("a test's loads"), lg.ServingLimits(max_rank=16)
     key = read_key(*_as_read_by_an_engine(folder))
     verdicts.remember(key, limits)
     assert verdicts.clean(key, limits, folder)
@@ -523,6 +523,33 @@ def test_a_remembered_clean_load_is_refused_once_its_folder_is_swapped_for_anoth
     staged.rename(folder)
 
     assert not verdicts.clean(key, limits, folder)
+
+
+def test_equal_limits_share_remembered_verdicts_and_other_limits_do_not(
+        tmp_path: Path) -> None:
+    # a server restarted with the same flags (its limits made anew) keeps what it found
+    # clean; one with another rank, or whose base model's config.json changed, checks again
+    from lora_guard.integrations._base import CleanVerdicts, read_key
+
+    base = tmp_path / "base" / "config.json"
+    base.parent.mkdir()
+    dims = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}
+    base.write_text(json.dumps(dims))
+    verdicts = CleanVerdicts("a test's loads")
+    key = read_key(*_as_read_by_an_engine(write_adapter(tmp_path / "a", rank=8)))
+    first = lg.ServingLimits.for_engine("vllm", max_lora_rank=16, base_config=base)
+    verdicts.remember(key, first)
+
+    again = lg.ServingLimits.for_engine("vllm", max_lora_rank=16, base_config=base)
+    other_rank = lg.ServingLimits.for_engine("vllm", max_lora_rank=32, base_config=base)
+    base.write_text(json.dumps({**dims, "hidden_size": 128}))
+    other_base = lg.ServingLimits.for_engine("vllm", max_lora_rank=16, base_config=base)
+
+    assert again is not first and verdicts.clean(key, again)
+    assert not verdicts.clean(key, other_rank)
+    assert other_base == first  # the same path: equal as given, yet other dims were read
+    assert not verdicts.clean(key, other_base)
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,

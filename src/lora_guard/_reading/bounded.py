@@ -114,6 +114,9 @@ class ValueKey:
     def __repr__(self) -> str:
         return f"ValueKey({self.value!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return ValueKey, (self.value,)  # hashed again where it is loaded (another seed)
+
 
 def caches() -> list[Bounded[Any, Any]]:
     """Every live `Bounded` cache of the process (the reader's, the checker's of a run in

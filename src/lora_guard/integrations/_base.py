@@ -35,6 +35,7 @@ from typing import Any
 
 import wrapt
 
+from .._checking.limits import ServingLimits
 from .._checking.registry import plugin_checks
 from .._core.config import STATE
 from .._core.errors import Violation
@@ -646,35 +647,36 @@ class CleanVerdicts:
     """Adapters an engine has read and lora_guard found clean, remembered by value, so that
     a recipe's adapters (or one loaded again) are not checked again on the engine's path.
 
-    A verdict is kept for one key (what the engine read, by value: `read_key`), one limits
-    object and one set of registered checks: the same adapter under other limits, or after
-    `lora_guard.adapter_invariant` registered a check, is checked again. The limits are
-    keyed by identity (`ServingLimits` holds a dict and is not hashable) and held by the
-    entry, so that identity is not reused while the entry lives. Bounded: the 256 latest.
+    A verdict is kept for one key (what the engine read, by value: `read_key`), one value of
+    the limits (`ServingLimits.value_key`: equal limits share verdicts, made anew or not)
+    and one set of registered checks: the same adapter under other limits, or after
+    `lora_guard.adapter_invariant` registered a check, is checked again. Bounded: the 256
+    latest.
 
-    >>> verdicts = CleanVerdicts("a doctest's loads")
-    >>> limits, key = object(), read_key({"r": 8}, {})
+    >>> from lora_guard import ServingLimits
+    >>> verdicts, key = CleanVerdicts("a doctest's loads"), read_key({"r": 8}, {})
+    >>> limits = ServingLimits(max_rank=16)
     >>> verdicts.clean(key, limits), verdicts.remember(key, limits), verdicts.clean(key, limits)
     (False, None, True)
-    >>> verdicts.clean(key, object())
-    False
+    >>> verdicts.clean(key, ServingLimits(max_rank=16)), verdicts.clean(key, ServingLimits())
+    (True, False)
     """
 
     __slots__ = ("_folders", "_seen")
 
     def __init__(self, what: str) -> None:
-        self._seen = Bounded[tuple[Any, ...], object](256, what)
+        self._seen = Bounded[tuple[Any, ...], bool](256, what)
         self._folders = Bounded[str, tuple[int, ...]](
             256, f"{what}: the folders whose engine-read files obeyed the file rules, with no "
             "added_tokens.json, by their stamp then (device, inode, ctime, mtime)")
 
-    def clean(self, key: tuple[Any, ...] | None, limits: object,
+    def clean(self, key: tuple[Any, ...] | None, limits: ServingLimits,
               folder: str | os.PathLike[str] | None = None) -> bool:
         """Whether ``key`` was found clean under ``limits``. With ``folder`` (an engine that
         does not read it through the checker's reader), only while the files the engine read
         still obey the reader's file rules and it ships no ``added_tokens.json``, which no
         engine's LoRA loader reads and which is checked every time (`_folder_clean`)."""
-        if key is None or self._seen.get((id(limits), plugin_checks(), key)) is not limits:
+        if key is None or self._seen.get((limits.value_key(), plugin_checks(), key)) is None:
             return False
         return folder is None or self._folder_clean(os.fspath(folder))
 
@@ -707,9 +709,9 @@ class CleanVerdicts:
             self._folders.put(folder, stamp)
         return True
 
-    def remember(self, key: tuple[Any, ...] | None, limits: object) -> None:
+    def remember(self, key: tuple[Any, ...] | None, limits: ServingLimits) -> None:
         if key is not None:
-            self._seen.put((id(limits), plugin_checks(), key), limits)
+            self._seen.put((limits.value_key(), plugin_checks(), key), True)
 
     def clear(self) -> None:
         self._seen.clear()
