@@ -98,12 +98,14 @@ class Patch:
     """A target missing from this release is skipped (with a warning naming it and the
     version) instead of leaving the whole module unpatched."""
     fast: Callable[[Callable[..., Any], Callable[..., Any]], Callable[..., Any]] | None = None
-    """For a method an engine calls on every step: ``fast(original, guarded)`` returns the
-    function installed, which calls ``original(self, ...)`` itself when the state it guards
-    is as last verified (nothing new to check: one Python call on the engine's path) and
-    ``guarded(self, ...)`` (the wrapper, as without ``fast``) otherwise; or ``original``
-    itself, where this release needs no guard on the method (the hook's signature is still
-    checked, and `lora-guard doctor` lists it)."""
+    """For a method (or classmethod) an engine calls on every step or every load:
+    ``fast(original, guarded)`` returns the function installed, which calls
+    ``original(self, ...)`` itself when the state it guards is as last verified, or when it
+    only notes what the engine was given (nothing new to check: one Python call on the
+    engine's path), and ``guarded(self, ...)`` (the wrapper, as without ``fast``) otherwise;
+    or ``original`` itself, where this release needs no guard on the method (the hook's
+    signature is still checked, and `lora-guard doctor` lists it). For a classmethod,
+    ``self`` is the class."""
 
 
 @dataclass(frozen=True)
@@ -492,12 +494,13 @@ def _guarded(integration: Integration, raw: Any, wrapper: Wrapper, *, method: bo
     ``FunctionWrapper``'s; ``bench/bench_engine_paths.py`` measures the engines' paths).
     """
     fn = _raw_function(raw)
-    if isinstance(raw, classmethod):
-        return classmethod(functools.update_wrapper(_class_call(integration, fn, wrapper), fn))
-    if method and not isinstance(raw, staticmethod):
-        call = _method_call(integration, fn, wrapper)
+    if isinstance(raw, classmethod) or (method and not isinstance(raw, staticmethod)):
+        call = (_class_call if isinstance(raw, classmethod) else _method_call)(
+            integration, fn, wrapper)
         installed = call if fast is None else fast(fn, call)
-        return installed if installed is fn else functools.update_wrapper(installed, fn)
+        if installed is not fn:
+            functools.update_wrapper(installed, fn)
+        return classmethod(installed) if isinstance(raw, classmethod) else installed
     call = functools.update_wrapper(_plain_call(integration, fn, wrapper), fn)
     return staticmethod(call) if isinstance(raw, staticmethod) else call
 

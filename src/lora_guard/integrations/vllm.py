@@ -207,12 +207,39 @@ def _usable_rank(value: Any) -> int | None:
 def _validate_legal(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> Any:
     result = wrapped(*args, **kwargs)
-    lora_config = kwargs.get("lora_config", args[0] if args else None)
+    _note_rank(instance, args[0] if args else kwargs.get("lora_config"))
+    return result
+
+
+def _note_rank(helper: Any, lora_config: Any) -> None:
+    """Keep on the helper the ``max_lora_rank`` it was validated against (`_max_rank`)."""
     max_rank = _usable_rank(getattr(lora_config, "max_lora_rank", None))
     if max_rank is not None:
-        with contextlib.suppress(AttributeError, TypeError):  # a helper without a __dict__
-            vars(instance)[_VALIDATED_SLOT] = max_rank
-    return result
+        try:  # noqa: SIM105 (contextlib.suppress: three calls more on every load)
+            vars(helper)[_VALIDATED_SLOT] = max_rank
+        except TypeError:  # a helper without a __dict__
+            pass
+
+
+def _exactly(original: Callable[..., Any], count: int) -> bool:
+    """Whether ``original`` takes exactly ``count`` positional parameters, nothing else (a
+    function of that signature in its place makes the cheapest calls both ways)."""
+    code = getattr(original, "__code__", None)
+    return (code is not None and code.co_argcount == count and not code.co_kwonlyargcount
+            and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS))
+
+
+def _validate_fast(original: Callable[..., Any],
+                   guarded: Callable[..., Any]) -> Callable[..., Any]:
+    """``validate_legal`` checks nothing here: it notes the rank, in one call."""
+    if not _exactly(original, 2):
+        return guarded
+
+    def validate_legal(self: Any, lora_config: Any) -> Any:
+        result = original(self, lora_config)
+        _note_rank(self, lora_config)
+        return result
+    return validate_legal
 
 
 def _max_rank(peft_helper: Any) -> int | None:
@@ -270,13 +297,11 @@ def _offline_limits(expected: Any, mapped: bool, max_rank: int | None) -> Servin
     """`_limits` for vLLM's loader called directly: no served model, so no base config and
     the classification heads allowed; made once per (modules, mapping, rank)."""
     try:
-        modules = frozenset(expected) if isinstance(expected, Iterable) and not isinstance(
-            expected, str) else expected
-        key = (modules, mapped, max_rank)
-        hash(key)
+        key = (expected if expected is None or isinstance(expected, str) else
+               frozenset(expected), mapped, max_rank)
+        limits = _OFFLINE.get(key)
     except TypeError:  # unhashable names: nothing to keep
         return _limits(expected, mapped, max_rank, True, None)
-    limits = _OFFLINE.get(key)
     if limits is None:
         if len(_OFFLINE) >= 32:
             _OFFLINE.clear()
@@ -355,16 +380,17 @@ def _from_local_checkpoint(wrapped: Callable[..., Any], instance: Any,
     expected = kwargs.get("expected_lora_modules", args[1] if len(args) > 1 else None)
     peft_helper = kwargs.get("peft_helper", args[2] if len(args) > 2 else None)
     mapped = bool(kwargs.get("weights_mapper"))
+    read = _config_of(peft_helper) is not None and kwargs.get("moe_ep_spec") is None
     outer = _CURRENT.get()
     if outer is not None and outer.lora_dir == lora_dir and not outer.checked:
         load = outer  # the worker's load of this folder (its hook reports a refusal)
         load.expected, load.mapped, load.peft_helper = expected, mapped, peft_helper
-        if _config_of(peft_helper) is not None and kwargs.get("moe_ep_spec") is None:
+        if read:
             return wrapped(*args, **kwargs)
     else:
         load = _Load(lora_dir, expected, mapped=mapped, peft_helper=peft_helper,
                      vocab=kwargs.get("model_vocab_size"), server=None)
-    if _config_of(peft_helper) is None or kwargs.get("moe_ep_spec") is not None:
+    if not read:
         load.check_dir()
         return wrapped(*args, **kwargs)
     token = _CURRENT.set(load)
@@ -382,14 +408,29 @@ def _from_lora_tensors(wrapped: Callable[..., Any], instance: Any,
                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     load = _CURRENT.get()
     if load is not None and not load.checked:  # a folder vLLM has just read (not a dummy)
-        load.checked = True
-        tensors = kwargs.get("tensors", args[1] if len(args) > 1 else None)
-        config = getattr(load.peft_helper, "__dict__", {}).get(_CONFIG_SLOT)
-        if isinstance(tensors, dict) and isinstance(config, dict):
-            _check_loaded(load, config, tensors)
-        else:
-            load.check_dir()
+        _check_tensors(load, kwargs.get("tensors", args[1] if len(args) > 1 else None))
     return wrapped(*args, **kwargs)
+
+
+def _tensors_fast(original: Callable[..., Any],
+                  guarded: Callable[..., Any]) -> Callable[..., Any]:
+    """The checks of a folder's load run in this one call, before vLLM's (a load under way
+    is only ever set by a guarded outer call: `_from_local_checkpoint`, `_load_adapter`)."""
+    def from_lora_tensors(cls: Any, /, *args: Any, **kwargs: Any) -> Any:
+        load = _CURRENT.get()
+        if load is not None and not load.checked:
+            _check_tensors(load, kwargs.get("tensors", args[1] if len(args) > 1 else None))
+        return original(cls, *args, **kwargs)
+    return from_lora_tensors
+
+
+def _check_tensors(load: _Load, tensors: Any) -> None:
+    load.checked = True
+    config = _config_of(load.peft_helper)
+    if isinstance(tensors, dict) and config is not None:
+        _check_loaded(load, config, tensors)
+    else:
+        load.check_dir()
 
 
 def _check_loaded(load: _Load, config: dict[str, Any], tensors: dict[str, Any]) -> None:
@@ -429,11 +470,30 @@ _VLLM_KEYS = frozenset({"vllm_max_position_embeddings"})
 def _from_dict(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                kwargs: dict[str, Any]) -> Any:
     helper = wrapped(*args, **kwargs)
-    config = kwargs.get("config_dict", args[0] if args else None)
-    if isinstance(config, dict):
-        with contextlib.suppress(AttributeError, TypeError):  # a helper without a __dict__
-            vars(helper)[_CONFIG_SLOT] = config
+    _note_config(helper, args[0] if args else kwargs.get("config_dict"))
     return helper
+
+
+def _note_config(helper: Any, config: Any) -> None:
+    """Keep on the helper the config it was made from (`_config_of`)."""
+    if isinstance(config, dict):
+        try:  # noqa: SIM105 (contextlib.suppress: three calls more on every load)
+            vars(helper)[_CONFIG_SLOT] = config
+        except TypeError:  # a helper without a __dict__
+            pass
+
+
+def _from_dict_fast(original: Callable[..., Any],
+                    guarded: Callable[..., Any]) -> Callable[..., Any]:
+    """``from_dict`` checks nothing: it notes the config, in one call."""
+    if not _exactly(original, 2):
+        return guarded
+
+    def from_dict(cls: Any, config_dict: Any) -> Any:
+        helper = original(cls, config_dict)
+        _note_config(helper, config_dict)
+        return helper
+    return from_dict
 
 
 def _config_of(peft_helper: Any) -> dict[str, Any] | None:
@@ -549,9 +609,7 @@ def _activate_fast(original: Callable[..., Any],
     nothing new to check, the original is called at once (no comparison, no copy). Where
     vLLM's method takes ``(self, lora_id)`` alone (every supported release), so does this
     function: Python's cheapest call, both into it and on to vLLM's."""
-    code = getattr(original, "__code__", None)
-    if code is not None and code.co_argcount == 2 and not code.co_kwonlyargcount and not \
-            code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+    if _exactly(original, 2):
         def activate_adapter(self: Any, lora_id: Any) -> Any:
             try:
                 if lora_id in self.lora_index_to_id.verified:
@@ -595,13 +653,14 @@ INTEGRATION = Integration(
               ("cls", "lora_dir", "expected_lora_modules", "peft_helper"),
               _from_local_checkpoint),
         Patch("vllm.lora.lora_model", "LoRAModel.from_lora_tensors",
-              ("cls", "lora_model_id", "tensors", "peft_helper"), _from_lora_tensors),
+              ("cls", "lora_model_id", "tensors", "peft_helper"), _from_lora_tensors,
+              fast=_tensors_fast),
         Patch("vllm.lora.peft_helper", "PEFTHelper.from_dict", ("cls", "config_dict"),
-              _from_dict, optional=True),
+              _from_dict, optional=True, fast=_from_dict_fast),
         Patch("vllm.lora.worker_manager", "WorkerLoRAManager._load_adapter",
               ("self", "lora_request"), _load_adapter, optional=True),
         Patch("vllm.lora.peft_helper", "PEFTHelper.validate_legal", ("self", "lora_config"),
-              _validate_legal, optional=True),
+              _validate_legal, optional=True, fast=_validate_fast),
         Patch("vllm.lora.model_manager", "LoRAModelManager.activate_adapter",
               ("self", "lora_id"), _activate_adapter, fast=_activate_fast),
     ),
