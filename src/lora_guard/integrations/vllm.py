@@ -101,14 +101,26 @@ def _server(worker: Any) -> _Server:
     lora_config = getattr(worker, "lora_config", None)
     key = (lora_config, getattr(lora_config, "max_lora_rank", None), manager,
            getattr(manager, "model", None), getattr(manager, "supported_lora_modules", None))
-    kept: _Server | None = getattr(worker, "__dict__", {}).get(_SERVER_SLOT)
-    if kept is not None and len(kept.key) == len(key) and all(
+    kept = getattr(worker, _SERVER_SLOT, None)
+    if type(kept) is _Server and len(kept.key) == len(key) and all(
             a is b for a, b in zip(kept.key, key, strict=True)):
         return kept
     server = _Server(worker, key)
-    with contextlib.suppress(AttributeError, TypeError):  # a worker without a __dict__
-        vars(worker)[_SERVER_SLOT] = server
+    _note(worker, _SERVER_SLOT, server)
     return server
+
+
+def _note(owner: Any, name: str, value: Any) -> bool:
+    """Set an attribute of one of vLLM's objects (a worker, a helper, a manager), as vLLM
+    sets its own: through ``setattr``, never ``vars(owner)``, whose dict, once asked for,
+    stays and makes every later read of the object's attributes slower (CPython 3.11 keeps
+    an object's attributes beside it until its ``__dict__`` is asked for), vLLM's own reads
+    on every step included. False where the object takes no such attribute."""
+    try:
+        setattr(owner, name, value)
+    except (AttributeError, TypeError):
+        return False
+    return True
 
 
 _LOADING: contextvars.ContextVar[_Server | None] = contextvars.ContextVar(
@@ -215,10 +227,7 @@ def _note_rank(helper: Any, lora_config: Any) -> None:
     """Keep on the helper the ``max_lora_rank`` it was validated against (`_max_rank`)."""
     max_rank = _usable_rank(getattr(lora_config, "max_lora_rank", None))
     if max_rank is not None:
-        try:  # noqa: SIM105 (contextlib.suppress: three calls more on every load)
-            vars(helper)[_VALIDATED_SLOT] = max_rank
-        except TypeError:  # a helper without a __dict__
-            pass
+        _note(helper, _VALIDATED_SLOT, max_rank)
 
 
 def _exactly(original: Callable[..., Any], count: int) -> bool:
@@ -249,7 +258,7 @@ def _max_rank(peft_helper: Any) -> int | None:
     loading = _LOADING.get()
     if loading is not None and loading.max_rank is not None:
         return loading.max_rank
-    validated = getattr(peft_helper, "__dict__", {}).get(_VALIDATED_SLOT)
+    validated = getattr(peft_helper, _VALIDATED_SLOT, None)
     if validated is not None:
         return int(validated)
     config_module = sys.modules.get("vllm.config")
@@ -477,10 +486,7 @@ def _from_dict(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...]
 def _note_config(helper: Any, config: Any) -> None:
     """Keep on the helper the config it was made from (`_config_of`)."""
     if isinstance(config, dict):
-        try:  # noqa: SIM105 (contextlib.suppress: three calls more on every load)
-            vars(helper)[_CONFIG_SLOT] = config
-        except TypeError:  # a helper without a __dict__
-            pass
+        _note(helper, _CONFIG_SLOT, config)
 
 
 def _from_dict_fast(original: Callable[..., Any],
@@ -499,7 +505,7 @@ def _from_dict_fast(original: Callable[..., Any],
 def _config_of(peft_helper: Any) -> dict[str, Any] | None:
     """The config a `PEFTHelper` was made from, as vLLM parsed it (with the keys vLLM adds);
     None for a helper made before lora_guard was on."""
-    config = getattr(peft_helper, "__dict__", {}).get(_CONFIG_SLOT)
+    config = getattr(peft_helper, _CONFIG_SLOT, None)
     return config if isinstance(config, dict) else None
 
 
@@ -593,8 +599,7 @@ def _verified(manager: Any) -> None:
     if type(table) is _Slots:
         table.verified = ids
         return
-    with contextlib.suppress(AttributeError, TypeError):  # a manager without a __dict__
-        vars(manager)["lora_index_to_id"] = _Slots(table, ids)
+    if _note(manager, "lora_index_to_id", _Slots(table, ids)):
         with contextlib.suppress(TypeError):  # not weakly referable: keeps our table
             _MANAGERS.add(manager)
 
@@ -636,9 +641,9 @@ def _forget() -> None:
     _OFFLINE.clear()
     _CLEAN.clear()
     for manager in list(_MANAGERS):  # vLLM's managers get plain lists back
-        table = vars(manager).get("lora_index_to_id")
+        table = getattr(manager, "lora_index_to_id", None)
         if type(table) is _Slots:
-            vars(manager)["lora_index_to_id"] = list(table)
+            _note(manager, "lora_index_to_id", list(table))
     _MANAGERS.clear()
 
 
