@@ -393,6 +393,45 @@ def test_a_fast_path_calls_the_original_itself_and_hands_every_other_call_to_the
     assert module.Server().load("new") == ("loaded", "new")
 
 
+def test_a_fast_path_on_a_classmethod_gets_the_class_and_uninstrument_puts_it_back(
+        fakelib: Callable[..., str]) -> None:
+    # a loader's classmethod (vLLM's PEFTHelper.from_dict) whose hook only notes what the
+    # library was given: one function in its place, called with the class
+    name = fakelib("fake_fast_cls", source=LIBRARY + """
+class Helper:
+    @classmethod
+    def from_dict(cls, config):
+        helper = cls()
+        helper.r = config["r"]
+        return helper
+""")
+    module = __import__(name)
+    original = vars(module.Helper)["from_dict"]
+    noted: list[tuple[Any, Any]] = []
+
+    def fast(wrapped: Callable[..., Any], guarded: Callable[..., Any]) -> Callable[..., Any]:
+        def from_dict(cls: Any, config: Any) -> Any:
+            helper = wrapped(cls, config)
+            noted.append((cls, config))
+            return helper
+        return from_dict
+
+    guard = integration(name, patches=(
+        Patch(name, "Helper.from_dict", ("cls", "config"), refuse_all, fast=fast),))
+    guard.instrument()
+    try:
+        helper = module.Helper.from_dict({"r": 8})
+        assert (type(helper), helper.r) == (module.Helper, 8)
+        assert noted == [(module.Helper, {"r": 8})]
+        assert isinstance(vars(module.Helper)["from_dict"], classmethod)
+        assert module.Helper.from_dict.__wrapped__ is original.__func__
+    finally:
+        guard.uninstrument()
+    assert vars(module.Helper)["from_dict"] is original
+    module.Helper.from_dict({"r": 16})
+    assert len(noted) == 1
+
+
 # --- an adapter the engine has read already ------------------------------------------------
 
 
