@@ -258,9 +258,9 @@ def _max_rank(peft_helper: Any) -> int | None:
     loading = _LOADING.get()
     if loading is not None and loading.max_rank is not None:
         return loading.max_rank
-    validated = getattr(peft_helper, _VALIDATED_SLOT, None)
+    validated = _usable_rank(getattr(peft_helper, _VALIDATED_SLOT, None))
     if validated is not None:
-        return int(validated)
+        return validated
     config_module = sys.modules.get("vllm.config")
     current = getattr(config_module, "get_current_vllm_config_or_none", None)
     if callable(current):
