@@ -131,6 +131,7 @@ def _sglang_pool_row(row: str, manager: Any, tmp: Path) -> Callable[[], Any]:
 def _vllm_row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any] | None, Any]:
     import _harness as h
 
+    from lora_guard._checking.rules.context import _GUARDED
     from lora_guard.integrations import vllm as vllm_guard
 
     env = h.vllm_env()
@@ -159,8 +160,10 @@ def _vllm_row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any]
             weights_mapper=mapper, skip_prefixes=getattr(model, "lora_skip_prefixes", None),
             moe_ep_spec=manager.moe_ep_load_spec,
             unsupported_lora_modules=manager.unsupported_lora_modules)
-    forget = vllm_guard._CLEAN.clear if row == "vllm-r8-first" else None
-    return load, forget, vllm_guard
+    def forget() -> None:  # a first load: its verdict and its module pass not remembered
+        vllm_guard._CLEAN.clear()
+        _GUARDED.clear()
+    return load, forget if row == "vllm-r8-first" else None, vllm_guard
 
 def measure(row: str, calls: int, client: str) -> None:
     """Under callgrind: the four arms, each dumped under its name."""

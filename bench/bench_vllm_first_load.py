@@ -7,7 +7,9 @@ Runs in the engine environment under valgrind's callgrind, as ``bench_callgrind_
 ``LoRAModel.from_local_checkpoint`` is intercepted where lora_guard checks it
 (``_check_loaded``: the config and tensors vLLM read), then each part of that check is run
 ``N`` times on the same arguments with its own count: the whole check of a first load (its
-remembered verdicts emptied before each call, outside the count), and in it the
+remembered verdicts and module passes emptied before each call, outside the count), the same
+for an adapter whose parts a load before had (a recipe's next adapter: its verdict alone
+forgotten), and in it the
 integration's parts (the limits, the verdict key, the look-up that misses, the tensors'
 infos, the file rules, vLLM's packed-name rule, the report, the verdict remembered) and the
 reader's and checker's (the config's fields, the spec, ``added_tokens.json``, the checks).
@@ -38,6 +40,7 @@ def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], An
     import _harness as h
 
     from lora_guard._checking.check_adapters import spec_violations
+    from lora_guard._checking.rules.context import _GUARDED
     from lora_guard._core.config import report
     from lora_guard._reading.adapters import (
         FrozenConfig,
@@ -83,8 +86,13 @@ def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], An
     def first() -> None:
         g._check_loaded(load, config, tensors)
 
+    def forget() -> None:  # a first load: its verdict and its module pass not remembered
+        g._CLEAN.clear()
+        _GUARDED.clear()
+
     return [
-        ("whole check (first load)", "all", first, g._CLEAN.clear),
+        ("whole check (first load)", "all", first, forget),
+        ("whole check (parts seen)", "all", first, g._CLEAN.clear),
         ("_limits_for", "integration", lambda: g._limits_for(
             load.expected, mapped=load.mapped, peft_helper=load.peft_helper,
             server=load.server), None),
@@ -104,6 +112,8 @@ def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], An
                                                       added_tokens=None), None),
         ("  _read_added_tokens", "reader", lambda: _read_added_tokens(folder), None),
         ("spec_violations", "checker", lambda: spec_violations(
+            spec, limits, subject=subject, vocab_size=load.vocab), _GUARDED.clear),
+        ("spec_violations (parts seen)", "checker", lambda: spec_violations(
             spec, limits, subject=subject, vocab_size=load.vocab), None),
         ("_packed_names", "integration+checker",
          lambda: g._packed_names(spec, load.server.served, subject, violations), None),

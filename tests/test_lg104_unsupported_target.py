@@ -154,6 +154,171 @@ def test_sglang_serves_the_stacks_it_can_build(tmp_path: pathlib.Path) -> None:
         assert lg.check_adapters([folder], sglang).ok, name
 
 
+def _sglang(*flags: str) -> lg.ServingLimits:
+    return lg.ServingLimits.for_engine("sglang==0.5.23", "--max-lora-rank", "16", *flags)
+
+
+@pytest.mark.parametrize("embedding", ["lm_head", "embed_tokens"])
+@pytest.mark.parametrize("served", [("all",), ("q_proj", "v_proj", "lm_head", "embed_tokens")])
+def test_sglang_drops_embedding_lora_its_config_does_not_name(
+        tmp_path: pathlib.Path, embedding: str, served: tuple[str, ...]) -> None:
+    """Trained with LoRA on q/v and an embedding, the config's target_modules later cut to
+    q/v (a conversion script, a hand edit): sglang 0.5.23 reads embed_tokens / lm_head LoRA
+    only for a module the adapter's own config names and drops it with a debug log line,
+    whatever the server serves; the engine tier measured it (its embedding_layers stay
+    empty, the base module is served)."""
+    folder = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj", embedding]),
+                  tmp_path / "a")
+    _with_config(folder, target_modules=["q_proj", "v_proj"])
+    base = _base_config(llama(), tmp_path / "base")
+
+    report = lg.check_adapters([folder], lg.ServingLimits.for_engine(
+        "sglang==0.5.23", "--max-lora-rank", "16", "--lora-target-modules", *served,
+        base_config=base))
+
+    assert report.codes() == ["LG104"], messages(report)  # one, not also "not served"
+    module = "lm_head" if embedding == "lm_head" else "model.embed_tokens"
+    assert messages(report).endswith(
+        f"/a': {module} has LoRA weights, but sglang==0.5.23 puts no LoRA on it (its "
+        f"target_modules does not name {embedding}, and sglang==0.5.23 reads LoRA on "
+        "embed_tokens and lm_head only for a module the adapter's config names): its weights "
+        f"are dropped without a word and the base {embedding} is served.")
+    assert lg.check_adapters([_with_config(folder, target_modules=[
+        "q_proj", "v_proj", f"model.{embedding}"])], _sglang("--lora-target-modules", "all",
+                                                             )).codes() == ["LG118"]
+
+
+def test_sglang_serves_embedding_lora_its_config_names(tmp_path: pathlib.Path) -> None:
+    """No false alarm: named in the config (or 'all-linear') and in the server's modules."""
+    base = _base_config(llama(), tmp_path / "base")
+    named = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj", "lm_head",
+                                                          "embed_tokens"]), tmp_path / "named")
+    every = _with_config(save(llama(), LoraConfig(r=8, target_modules=[
+        "q_proj", "v_proj", "lm_head"]), tmp_path / "every"), target_modules="all-linear")
+    for folder in (named, every):
+        assert lg.check_adapters([folder], lg.ServingLimits.for_engine(
+            "sglang==0.5.23", "--max-lora-rank", "16", "--lora-target-modules", "all",
+            base_config=base)).ok, folder.name
+
+
+@pytest.mark.parametrize(("config", "outcome"), [
+    (None, "its config names down_proj, gate_proj, o_proj, up_proj, so sglang==0.5.23 refuses "
+           "the load (at start-up the server does not start)"),
+    ("all-linear", "its config does not list it, so sglang==0.5.23 loads the adapter, skips "
+                   "these weights with a warning and fails the first batch that uses it (the "
+                   "scheduler stops)"),
+])
+def test_sglang_says_what_it_does_with_weights_outside_its_lora_target_modules(
+        tmp_path: pathlib.Path, config: str | None, outcome: str) -> None:
+    """Trained on q, k, v, o, gate, up, down; the server started with --lora-target-modules
+    q_proj v_proj. The real sglang 0.5.23 refuses it when its config lists the projections
+    (LoRAMemoryPool.can_support), and with target_modules "all-linear" loads it, logs the
+    weights it skips and fails the first batch that uses it: it never serves part of it."""
+    folder = save(llama(), LoraConfig(r=8, target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+        tmp_path / "a")
+    if config is not None:
+        _with_config(folder, target_modules=config)
+
+    report = lg.check_adapters([folder], _sglang("--lora-target-modules", "q_proj", "v_proj"))
+
+    assert report.codes() == ["LG104"] * 4  # k_proj is served: stacked into qkv_proj
+    said = messages(report).splitlines()
+    assert {line.split(" (", 1)[0].rsplit(" ", 1)[-1] for line in said} == {
+        "model.layers.0.mlp.down_proj", "model.layers.0.mlp.gate_proj",
+        "model.layers.0.mlp.up_proj", "model.layers.0.self_attn.o_proj"}
+    assert all(line.endswith(f"is not among sglang==0.5.23's LoRA modules (q_proj, v_proj; "
+                             f"--lora-target-modules): {outcome}.") for line in said), said
+    assert lg.check_adapters([folder], _sglang("--lora-target-modules", "all")).ok
+
+
+@pytest.mark.parametrize("served", [("all",), ("q_proj", "v_proj", "gate_up_proj",
+                                                "down_proj")])
+def test_sglang_fails_moe_experts_saved_by_target_parameters(
+        tmp_path: pathlib.Path, served: tuple[str, ...]) -> None:
+    """PEFT's target_parameters saves a fused MoE's expert LoRA as mlp.experts.base_layer.lora_A
+    (gate_up) and mlp.experts.lora_A (down). sglang 0.5.23 finds a weight's pool module by the
+    module's name inside the weight's name: none is in these, so it loads the adapter, skips
+    them with a warning and fails the first batch that uses it, whatever it serves (the engine
+    tier measured it on sglang's own Qwen2-MoE)."""
+    from conftest_adapters import peft_adapter
+
+    folder = peft_adapter(tmp_path / "flat", model="qwen3moe", r=4, lora_alpha=4,
+                          target_modules=["q_proj", "v_proj"],
+                          target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"])
+
+    report = lg.check_adapters([folder], _sglang("--lora-target-modules", *served))
+
+    assert report.codes() == ["LG104"] * 2, messages(report)  # gate_up and down, once each
+    assert messages(report).splitlines()[1].endswith(
+        "/flat': model.layers.0.mlp.experts.base_layer (and 1 more) holds MoE expert LoRA "
+        "(gate_up_proj) in the layout of PEFT's target_parameters; sglang==0.5.23 finds a "
+        "weight's LoRA module "
+        "by its name, finds none in these, loads the adapter, skips them with a warning and "
+        "fails the first batch that uses it.")
+    assert report.violations[0].hint.startswith("Save the experts' LoRA in a layout")
+    assert "model.layers.0.mlp.experts (and 1 more) holds MoE expert LoRA (down_proj)" in \
+        report.violations[0].message
+
+
+def test_sglang_without_target_modules_serves_the_union_of_the_start_up_adapters(
+        tmp_path: pathlib.Path) -> None:
+    """No --lora-target-modules: sglang 0.5.23 builds its pool from the union of the start-up
+    adapters' target_modules (LoRAManager.init_lora_shapes). An adapter trained on q/v/o
+    whose config was cut to q/v starts, its o_proj weights are skipped with a warning and the
+    first batch that uses it fails ("Cannot find target module name"); a start-up adapter
+    naming o_proj (or 'all-linear') puts o_proj in the pool, and it serves."""
+    edited = _with_config(save(llama(), LoraConfig(r=8, target_modules=[
+        "q_proj", "v_proj", "o_proj"]), tmp_path / "edited"), target_modules=["q_proj", "v_proj"])
+    report = lg.check_adapters([edited], _sglang())
+
+    assert report.codes() == ["LG104"]
+    assert messages(report).endswith(
+        "/edited': module model.layers.0.self_attn.o_proj (and 1 more) (o_proj) is not among "
+        "sglang==0.5.23's LoRA modules (q_proj, v_proj; no --lora-target-modules: the "
+        "start-up adapters' target_modules): its config does not list it, so sglang==0.5.23 "
+        "loads the adapter, skips these weights with a warning and fails the first batch "
+        "that uses it (the scheduler stops).")
+    assert report.violations[0].hint.startswith(
+        "Start sglang with --lora-target-modules naming every module the adapters train")
+    full = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj", "o_proj"]),
+                tmp_path / "full")
+    every = _with_config(save(llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+                              tmp_path / "every"), target_modules="all-linear")
+    assert lg.check_adapters([edited, full], _sglang()).ok
+    assert lg.check_adapters([edited, every], _sglang()).ok
+    given = lg.check_adapters([edited], _sglang("--lora-target-modules", "q_proj", "v_proj"))
+    assert given.codes() == ["LG104"]  # the pool as given: the same verdict
+
+
+def test_sglang_sizes_its_pool_by_the_start_up_adapters_not_by_those_loaded_later(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`lora-guard check LATER -- sglang serve ... --lora-paths qv=QV`: sglang builds its pool
+    from QV alone (its target_modules and its r, LoRAManager.init_lora_shapes), so LATER,
+    loaded by a client once the server runs, is refused when its config names o_proj or its
+    r is above QV's. The check judges LATER by that pool, not by the union of both."""
+    from lora_guard._frontends.cli import main
+
+    qv = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj"]), tmp_path / "qv")
+    wider = save(llama(), LoraConfig(r=8, target_modules=["q_proj", "v_proj", "o_proj"]),
+                 tmp_path / "wider")
+    larger = save(llama(), LoraConfig(r=16, target_modules=["q_proj", "v_proj"]),
+                  tmp_path / "larger")
+    serve = ["--", "sglang", "serve", "--model-path", "m", "--lora-paths", f"qv={qv}"]
+
+    assert main(["check", str(wider), "--format", "json", *serve]) == 1
+    out = capsys.readouterr().out
+    assert '"code": "LG104"' in out and "its config names o_proj, so sglang" in out
+    assert "the start-up adapters' target_modules" in out
+    assert main(["check", str(larger), "--format", "json", *serve]) == 1
+    assert '"code": "LG101"' in capsys.readouterr().out
+    # the wider adapter among the start-up ones widens the pool: both start and serve
+    assert main(["check", "--", "sglang", "serve", "--model-path", "m", "--lora-paths",
+                 f"qv={qv}", f"wider={wider}", f"larger={larger}"]) == 0
+    limits = lg.ServingLimits.for_engine("sglang==0.5.23", "--lora-paths", f"qv={qv}")
+    assert (limits.max_rank, sorted(limits.target_modules or ())) == (8, ["q_proj", "v_proj"])
+
+
 # --- PEFT: the modules the adapter's own config selects ------------------------------------
 
 

@@ -619,3 +619,258 @@ NO_BEARING = {"--enable-lora-overlap-loading", "--lora-backend", "--lora-drain-w
               "--uno-lora-path"}
 """sglang's LoRA flags that do not change what it loads (kernels, scheduling, transfers); the
 sglang page lists them as ignored."""
+
+
+# --- the pool's modules, measured on the real engine (sglang-field) ------------------------------
+# sglang skips an adapter's weights outside its pool's modules with a warning, then fails the
+# first batch that uses it ("Cannot find target module name"); a config naming such a module is
+# refused at load. LoRA on embed_tokens / lm_head that the adapter's own config does not name is
+# dropped as the adapter is read, with a debug line: the base embedding is served.
+
+
+def _config_cut(tmp_path, name, trained, kept):
+    """Trained on ``trained``, its config's target_modules cut to ``kept`` afterwards (a
+    conversion script, a hand edit): the weights still hold every trained module."""
+    return h.edit_config(h.peft_adapter(tmp_path / name, target_modules=trained),
+                         target_modules=kept)
+
+
+def _qvo_cut_to_qv(tmp_path):
+    return _config_cut(tmp_path, "edited", ["q_proj", "v_proj", "o_proj"], ["q_proj", "v_proj"])
+
+
+def test_without_lora_guard_a_start_up_adapter_outside_the_inferred_pool_fails_its_first_batch(
+        env, tmp_path):
+    edited = _qvo_cut_to_qv(tmp_path)
+
+    manager = h.sglang_server(max_lora_rank=16, target_modules=None,
+                              lora_paths=[h.sglang_ref("edited", edited)])
+
+    assert manager.memory_pool.target_modules == {"qkv_proj"}  # the start-up configs' union
+    with pytest.raises(ValueError, match=r"Cannot find target module name for \S+o_proj"):
+        manager.fetch_new_loras({"edited"})  # the first batch: the scheduler stops
+
+
+def test_a_start_up_adapter_outside_the_inferred_pool_stops_the_server_as_check_says(
+        guard, env, tmp_path):
+    edited = _qvo_cut_to_qv(tmp_path)
+
+    with pytest.raises(lg.AdapterError) as caught:
+        h.sglang_server(max_lora_rank=16, target_modules=None,
+                        lora_paths=[h.sglang_ref("edited", edited)])
+
+    assert [v.code for v in caught.value.violations] == ["LG104"]
+    said = str(caught.value)
+    assert "adapter 'edited'" in said and "model.layers.0.self_attn.o_proj (and 1 more)" in said
+    checked = lg.check_adapters([edited], lg.ServingLimits.for_engine(
+        "sglang", "--max-lora-rank", "16", version=env.version))
+    assert checked.codes() == ["LG104"]  # `lora-guard check --engine sglang`: the same
+
+
+def test_start_up_adapters_whose_union_holds_every_weight_serve_with_no_violation(
+        guard, env, tmp_path):
+    edited = _qvo_cut_to_qv(tmp_path)
+    full = h.peft_adapter(tmp_path / "full", target_modules=["q_proj", "v_proj", "o_proj"],
+                          seed=1)
+
+    with lg.recording() as seen:
+        manager = h.sglang_server(max_lora_rank=16, target_modules=None, lora_paths=[
+            h.sglang_ref("edited", edited), h.sglang_ref("full", full)])
+        manager.fetch_new_loras({"edited", "full"})  # o_proj is in the pool: both serve
+
+    assert seen.violations == []
+    assert manager.memory_pool.target_modules == {"qkv_proj", "o_proj"}
+    assert lg.check_adapters([edited, full], lg.ServingLimits.for_engine(
+        "sglang", "--max-lora-rank", "16", version=env.version)).ok
+
+
+@pytest.mark.parametrize("embedding", ["lm_head", "embed_tokens"])
+def test_without_lora_guard_embedding_lora_the_config_does_not_name_is_dropped(
+        env, tmp_path, embedding):
+    cut = _config_cut(tmp_path, "cut", ["q_proj", "v_proj", embedding], ["q_proj", "v_proj"])
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"all"})
+
+    assert manager.load_lora_adapter(h.sglang_ref("cut", cut)).success
+    manager.fetch_new_loras({"cut"})
+
+    assert manager.loras["cut"].embedding_layers == {}  # the trained LoRA was never read
+    slot = manager.memory_pool.uid_to_buffer_id["cut"]
+    buffers = (manager.memory_pool.lm_head_A_buffer if embedding == "lm_head"
+               else manager.memory_pool.embedding_A_buffer)
+    assert not buffers[embedding][slot].any()  # the slot serves the base embedding
+
+
+@pytest.mark.lora_guard(expect=["LG104"])  # sglang makes it a failed result
+@pytest.mark.parametrize("embedding", ["lm_head", "embed_tokens"])
+def test_embedding_lora_the_config_does_not_name_is_refused_at_load(guard, env, tmp_path,
+                                                                     embedding):
+    cut = _config_cut(tmp_path, "cut", ["q_proj", "v_proj", embedding], ["q_proj", "v_proj"])
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"all"})
+
+    result = manager.load_lora_adapter(h.sglang_ref("cut", cut))
+
+    assert result.success is False
+    assert result.error_message.startswith("LG104 unsupported-target: adapter 'cut'")
+    assert f"does not name {embedding}" in result.error_message
+    assert "dropped without a word" in result.error_message
+    assert manager.loras == {} and manager.configs == {}
+
+
+def test_embedding_lora_the_config_names_serves_with_no_violation(guard, env, tmp_path):
+    named = h.peft_adapter(tmp_path / "named", target_modules=[
+        "q_proj", "v_proj", "lm_head", "embed_tokens"])
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"all"})
+
+    with lg.recording() as seen:
+        assert manager.load_lora_adapter(h.sglang_ref("named", named)).success
+        manager.fetch_new_loras({"named"})
+
+    assert seen.violations == []
+    assert manager.loras["named"].embedding_layers  # read, and served from the pool
+
+
+SEVEN = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.mark.parametrize("config", ["listed", "all-linear"])
+def test_without_lora_guard_weights_outside_the_pool_are_refused_or_fail_the_first_batch(
+        env, tmp_path, config):
+    """Trained on the seven projections, loaded into --lora-target-modules q_proj v_proj:
+    sglang never serves part of it. A config listing them is refused (can_support); one saying
+    "all-linear" loads, its o/gate/up/down weights are skipped with a warning, and the first
+    batch that uses it fails (the scheduler stops)."""
+    folder = h.peft_adapter(tmp_path / "seven", target_modules=SEVEN)
+    if config == "all-linear":
+        h.edit_config(folder, target_modules="all-linear")
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"q_proj", "v_proj"})
+
+    result = manager.load_lora_adapter(h.sglang_ref("seven", folder))
+
+    if config == "listed":
+        assert result.success is False and "incompatible with the current LoRA memory pool" \
+            in result.error_message
+    else:
+        assert result.success is True
+        with pytest.raises(ValueError, match="Cannot find target module name"):
+            manager.fetch_new_loras({"seven"})
+
+
+@pytest.mark.lora_guard(expect=["LG104"])  # sglang makes it a failed result
+@pytest.mark.parametrize(("config", "outcome"), [
+    ("listed", "refuses the load"),
+    ("all-linear", "loads the adapter, skips these weights with a warning and fails the first "
+                   "batch that uses it")])
+def test_weights_outside_the_pool_are_refused_at_load_saying_what_sglang_would_do(
+        guard, env, tmp_path, config, outcome):
+    folder = h.peft_adapter(tmp_path / "seven", target_modules=SEVEN)
+    if config == "all-linear":
+        h.edit_config(folder, target_modules="all-linear")
+    manager = h.sglang_server(max_lora_rank=16, target_modules={"q_proj", "v_proj"})
+
+    result = manager.load_lora_adapter(h.sglang_ref("seven", folder))
+
+    assert result.success is False
+    said = result.error_message
+    assert said.startswith("LG104 unsupported-target: adapter 'seven': module ")
+    assert all(f"({t}) is not among sglang=={env.version}'s LoRA modules" in said
+               for t in ("o_proj", "gate_proj", "up_proj", "down_proj"))
+    assert outcome in said and "--lora-target-modules naming every module" in said
+    assert manager.loras == {} and manager.configs == {}
+
+
+def _flat_moe_adapter(tmp_path):
+    """PEFT's target_parameters adapter on the tier's tiny Qwen2-MoE (transformers fuses its
+    experts into 3-D parameters): expert LoRA saved as mlp.experts.base_layer.lora_A/B
+    (gate_up) and mlp.experts.lora_A/B (down), next to q/v LoRA."""
+    import moe
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(moe.qwen2_moe_config())
+    get_peft_model(model, LoraConfig(
+        r=8, target_modules=["q_proj", "v_proj"],
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+    )).save_pretrained(str(tmp_path / "flat"))
+    return tmp_path / "flat"
+
+
+def _moe_server(env):
+    import moe
+    from sglang.srt.models.qwen2_moe import Qwen2MoeForCausalLM
+
+    config = moe.qwen2_moe_config()
+    return env.manager.LoRAManager(
+        Qwen2MoeForCausalLM(config, quant_config=None), config, max_loras_per_batch=2,
+        load_config=env.LoadConfig(), dtype=torch.float32, server_args=env.args,
+        lora_backend="torch_native", max_lora_rank=16, target_modules={"all"}, lora_paths=None)
+
+
+def test_without_lora_guard_target_parameters_experts_fail_the_first_batch(env, tmp_path):
+    flat = _flat_moe_adapter(tmp_path)
+    manager = _moe_server(env)
+
+    assert manager.load_lora_adapter(h.sglang_ref("flat", flat)).success  # loads
+    with pytest.raises(ValueError, match=r"Cannot find target module name for \S+experts"):
+        manager.fetch_new_loras({"flat"})  # the first batch that uses it
+
+
+@pytest.mark.lora_guard(expect=["LG104"])  # sglang makes it a failed result
+def test_target_parameters_experts_are_refused_at_load_as_check_says(guard, env, tmp_path):
+    flat = _flat_moe_adapter(tmp_path)
+    manager = _moe_server(env)
+
+    result = manager.load_lora_adapter(h.sglang_ref("flat", flat))
+
+    assert result.success is False
+    assert result.error_message.startswith("LG104 unsupported-target: adapter 'flat': ")
+    assert "in the layout of PEFT's target_parameters" in result.error_message
+    checked = lg.check_adapters([flat], lg.ServingLimits.for_engine(
+        "sglang", "--max-lora-rank", "16", "--lora-target-modules", "all",
+        version=env.version))
+    assert checked.codes() == ["LG104", "LG104"]  # gate_up and down
+
+
+def _inferred_qv_server(tmp_path):
+    """A server started with a q/v adapter and no --lora-target-modules: its pool is
+    {qkv_proj}, the start-up adapter's target_modules."""
+    qv = h.peft_adapter(tmp_path / "qv")
+    return h.sglang_server(max_lora_rank=16, target_modules=None,
+                           lora_paths=[h.sglang_ref("qv", qv)])
+
+
+@pytest.mark.parametrize("config", ["listed", "all-linear"])
+def test_without_lora_guard_a_later_load_outside_the_inferred_pool_is_refused_or_fails(
+        env, tmp_path, config):
+    manager = _inferred_qv_server(tmp_path)
+    folder = h.peft_adapter(tmp_path / "seven", target_modules=SEVEN, seed=1)
+    if config == "all-linear":
+        h.edit_config(folder, target_modules="all-linear")
+
+    result = manager.load_lora_adapter(h.sglang_ref("seven", folder))
+
+    assert manager.memory_pool.target_modules == {"qkv_proj"}
+    if config == "listed":
+        assert result.success is False and "incompatible" in result.error_message
+    else:
+        assert result.success is True
+        with pytest.raises(ValueError, match="Cannot find target module name"):
+            manager.fetch_new_loras({"seven"})
+
+
+@pytest.mark.lora_guard(expect=["LG104"])  # sglang makes it a failed result
+@pytest.mark.parametrize(("config", "outcome"), [
+    ("listed", "refuses the load"), ("all-linear", "fails the first batch that uses it")])
+def test_a_later_load_outside_the_inferred_pool_is_refused_saying_what_sglang_would_do(
+        guard, env, tmp_path, config, outcome):
+    manager = _inferred_qv_server(tmp_path)
+    folder = h.peft_adapter(tmp_path / "seven", target_modules=SEVEN, seed=1)
+    if config == "all-linear":
+        h.edit_config(folder, target_modules="all-linear")
+
+    result = manager.load_lora_adapter(h.sglang_ref("seven", folder))
+
+    assert result.success is False
+    assert result.error_message.startswith("LG104 unsupported-target: adapter 'seven': module ")
+    assert "(o_proj) is not among" in result.error_message and outcome in result.error_message
+    assert set(manager.loras) == {"qv"}  # the server goes on serving its start-up adapter

@@ -15,6 +15,8 @@ from typing import Any, cast
 
 from lora_guard._checking.checks import MoELayout
 from lora_guard._checking.discovery import PathOrSpec, Target, as_list, discover_all, folder_path
+from lora_guard._checking.engines.sglang import config_names, set_pool
+from lora_guard._checking.invariants.lg104_unsupported_target import outside_set_pool
 from lora_guard._checking.limits import ServingLimits, limits_argument
 from lora_guard._checking.report import SCHEMA_VERSION, SET, Report
 from lora_guard._checking.rules.recipe_outcome import PartsOutcome, RecipeOutcome
@@ -210,6 +212,9 @@ class _SetCheck:
         self.rank_from_set = ("rank-from-set" in limits.engine_rules
                               and limits.max_rank is None)
         self.largest_r: int | None = None
+        self.targets_from_set = ("targets-from-set" in limits.engine_rules
+                                 and limits.target_modules is None)
+        self.checked: list[tuple[str, AdapterSpec]] = []
         self.patterns: list[tuple[str, Mapping[str, Any]]] = []
         self.outcomes: Bounded[Recipe, RecipeOutcome] = Bounded(
             256, "each recipe's outcomes in this run (a recipe pushed out is checked again)")
@@ -254,6 +259,8 @@ class _SetCheck:
                 found.append(make_violation(
                     "LG002", "set", f"adapter {adapter_id!r}", layout=layout.value,
                     pool_layout=self.pool[1].value, owner=self.pool[0]))
+        if self.targets_from_set:
+            self.checked.append((adapter_id, spec))
         if self.rank_from_set:
             r = spec.config.get("r")
             if isinstance(r, int) and not isinstance(r, bool):
@@ -266,6 +273,8 @@ class _SetCheck:
         by_adapter, ids, limits = self.by_adapter, self.ids, self.limits
         if self.rank_from_set and self.largest_r is not None:
             _rank_from_set(self.largest_r, self.patterns, by_adapter)
+        if self.targets_from_set:  # no --lora-target-modules: the set's union is the pool's
+            _targets_from_set(self.checked, limits, by_adapter)
         if limits.max_loras is not None and len(ids) > limits.max_loras:
             by_adapter[SET] = (make_violation(
                 "LG110", "count", "adapter set", count=len(ids), max_loras=limits.max_loras),)
@@ -294,6 +303,25 @@ def _rank_from_set(pool: int, patterns: list[tuple[str, Mapping[str, Any]]],
             by_adapter[adapter_id] = (*by_adapter.get(adapter_id, ()), make_violation(
                 "LG101", "max", f"adapter {adapter_id!r}", rank=rank,
                 module=f"rank_pattern[{key!r}]", max_rank=pool))
+
+
+def _targets_from_set(checked: list[tuple[str, AdapterSpec]], limits: ServingLimits,
+                      by_adapter: dict[str, tuple[Violation, ...]]) -> None:
+    """No target modules given (sglang): the server's modules are the union of the set's
+    ``target_modules``; a weight of another module is LG104."""
+    pool = set_pool(spec.config for _, spec in checked)
+    if pool is None:
+        return
+    clean: set[tuple[Any, frozenset[str] | None]] = set()  # what the verdict reads, by value
+    for adapter_id, spec in checked:
+        parts = None if spec.parts_key is None else (spec.parts_key, config_names(spec.config))
+        if parts in clean:
+            continue
+        found = outside_set_pool(spec, pool, f"adapter {adapter_id!r}", limits)
+        if found:
+            by_adapter[adapter_id] = (*by_adapter.get(adapter_id, ()), *found)
+        elif parts is not None:
+            clean.add(parts)
 
 
 def adapter_servable(spec: AdapterSpec | str | os.PathLike[str],

@@ -31,7 +31,8 @@ ENGINE_RULES = ("packed-slices", "packed-ranks-uniform", "one-scaling", "rank-fr
                 "indexed-shared-overwrites", "indexed-shared-refused", "peft-0.14-config",
                 "target-modules-by-name", "saved-embeddings-refused", "slots-in-every-layer",
                 "embeddings-by-architecture", "stacked-from-first", "peft-selects-modules",
-                "peft-type-any-case", "peft-type-unread")
+                "peft-type-any-case", "peft-type-unread", "targets-from-set",
+                "embeddings-by-config", "pool-by-config", "flat-experts-unmatched")
 
 
 def positive_int(owner: str, name: str, value: object) -> None:
@@ -181,7 +182,16 @@ class ServingLimits:
     gate_proj: k_proj, v_proj or up_proj without it are refused, sglang, LG104),
     ``peft-type-any-case`` (``peft_type`` LoRA's in any case, ``lora``: sglang, LG117),
     ``peft-type-unread`` (``peft_type`` not read: any spelling of LoRA's serves, vLLM; without
-    either, only ``LORA`` as PEFT writes it)."""
+    either, only ``LORA`` as PEFT writes it), ``targets-from-set`` (no ``target_modules``
+    given: the server's modules are the union of the set's configs' ``target_modules``, a
+    string such as ``all-linear`` every module: sglang without ``--lora-target-modules``,
+    LG104), ``embeddings-by-config`` (LoRA on ``embed_tokens`` / ``lm_head`` is read only
+    where the adapter's own ``target_modules`` names the module: sglang, LG104),
+    ``pool-by-config`` (a weight outside ``target_modules`` is refused at load when the
+    adapter's config names such a module, else skipped and the first batch fails: sglang,
+    LG104's message says which), ``flat-experts-unmatched`` (MoE expert LoRA in PEFT's
+    ``target_parameters`` layout is matched to no module and fails the first batch: sglang,
+    LG104)."""
     base: BaseModelDims | None = field(default=None, init=False, repr=False, compare=False)
     """The dims read from ``base_config``."""
 

@@ -69,9 +69,11 @@ spec's metadata only and raises nothing for a bad adapter: a finding is a `Viola
 
 ModuleRule = Callable[[Any, LoRAModuleSpec, Any, list[Violation]], None]
 """The part of a check that looks at one LoRA module: run for every module in the one pass
-over an adapter's modules (`AdapterContext.modules`) with a ``ModuleContext`` (the limits,
-the config's ``PARTS_FIELDS``), it adds findings to ``grouped`` (one violation per kind,
-with a count) or, for a finding that names the adapter, to ``found``."""
+over an adapter's modules (`AdapterContext.modules`) with a ``ModuleContext`` (what of the
+limits a module is held to: served modules, engine rules, the base's dims; the config's
+``PARTS_FIELDS``; the vocab), it adds findings to ``grouped`` (one violation per kind, with a
+count) or, for a finding that names the adapter, to ``found``. What it finds is remembered
+under those values and the adapter's parts: a rule reads nothing else."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from lora_guard._core.frozen import builder
-from lora_guard._reading.bounded import Bounded, forget_all
+from lora_guard._reading.bounded import Bounded, ValueKey, forget_all
 from lora_guard._reading.config import (
     FEATURES,
     INIT_METHODS,
@@ -156,6 +156,11 @@ class AdapterSpec:
     """The weights file the tensors were read from; None for the spec of a config alone (a
     folder without ``adapter_model.safetensors``, read for a loader that opens other weight
     files itself)."""
+    parts_key: ValueKey | None = field(default=None, init=False, repr=False, compare=False)
+    """The value its tensors and modules were read from (the tensor entries and the config
+    fields the key grammar reads): specs with equal keys have equal tensors and modules, so
+    what is found from those alone is found once (the checker's module pass). Set by the
+    reader only: a spec made otherwise (``dataclasses.replace`` included) has None."""
 
     @property
     def name(self) -> str:
@@ -389,7 +394,7 @@ def member_spec(folder: pathlib.Path, recipe: Recipe, size: int, *,
     return _built_spec(
         folder, config, parts.tensors, parts.modules, parts.rank or int(config["r"]),
         parts.layout, parts.targets, features, parts.dtypes, size, recipe.metadata,
-        parts.unknown, parts.extra, url, transferred, recipe.weights_file)
+        parts.unknown, parts.extra, url, transferred, recipe.weights_file, parts.key)
 
 
 def _read_added_tokens(folder: pathlib.Path, dir_fd: int | None = None) -> dict[str, int] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -37,6 +38,12 @@ _TOWER_CONFIGS = {
     "audio": ("audio_config", "speech_config", "audio_encoder_config"),
 }
 """The config keys that say a model has a non-text tower."""
+
+
+_BY_PATH = frozenset(("gate_proj", "up_proj", "w1", "w3", "gate_up_proj", "down_proj", "w2",
+                      "c_fc", "c_proj"))
+"""The module types whose dims `BaseModelDims.expected` reads from the module's path too (the
+MLP's size: a shared expert's own; GPT-2's ``c_proj`` in attention or in the MLP)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,20 @@ class BaseModelDims:
             if isinstance(architectures, list) else (),
         )
 
+    def __hash__(self) -> int:
+        """The hash of the fields, computed once (a guard's memo of the module pass is looked
+        up by the base's dims at every load)."""
+        found: int | None = self.__dict__.get("_hash")
+        if found is None:
+            found = hash(tuple([getattr(self, f.name) for f in dataclasses.fields(self)]))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields alone: what is remembered of them (a hash of this process's strings,
+        the answers of `expected`) is found again where the dims are unpickled."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
     def _mlp(self, module: str, moe: bool) -> int | None:
         if moe:
             return self.moe_intermediate_size
@@ -147,10 +168,12 @@ class BaseModelDims:
         answer is computed once per base (the checker asks for every module of every
         adapter); the module path matters only for a shared expert and GPT-2's ``c_proj``.
         """
-        tail = module + "."
-        key = (target, moe, ".shared_expert." in tail or ".shared_experts." in tail,
-               ".mlp." in tail)
-        known: dict[tuple[str, bool, bool, bool], Any] | None = self.__dict__.get("_known")
+        key: tuple[str, bool] | tuple[str, bool, bool, bool] = (target, moe)
+        if moe or target in _BY_PATH:
+            tail = module + "."
+            key = (target, moe, ".shared_expert." in tail or ".shared_experts." in tail,
+                   ".mlp." in tail)
+        known: dict[tuple[Any, ...], Any] | None = self.__dict__.get("_known")
         if known is None:
             known = {}
             object.__setattr__(self, "_known", known)

@@ -114,8 +114,8 @@ class ValueKey:
     def __repr__(self) -> str:
         return f"ValueKey({self.value!r})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return ValueKey, (self.value,)  # hashed again where it is loaded (another seed)
+    def __reduce__(self) -> tuple[type[ValueKey], tuple[Hashable]]:
+        return ValueKey, (self.value,)  # hashed again where it is unpickled (str hashes differ)
 
 
 def caches() -> list[Bounded[Any, Any]]:

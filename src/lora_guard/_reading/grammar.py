@@ -361,7 +361,9 @@ def parts_of(tensors: Mapping[str, TensorInfo], config: FrozenConfig,
     in what the grammar does not read (a config's ``revision``, a header's
     ``__metadata__``) share their parts."""
     fields = config.fields(PARTS_FIELDS)
-    entries = tuple(tensors.items()) if entries_key is None else entries_key
+    entries = entries_key if entries_key is not None else tuple([  # (hashed as plain values)
+        (name, info.shape, info.dtype, info.nbytes, info.offsets)
+        for name, info in tensors.items()])
     key = ValueKey((entries, repr(fields)))  # JSON: equal reprs, equal values
     return _PARTS.get(key) or _PARTS.put(key, _read_parts(tensors, fields, key))
 

@@ -75,6 +75,7 @@ from typing import Any
 from .._checking.check_adapters import ServingLimits, spec_violations
 from .._checking.checks import check_cache_entry, check_slot_maps_violations
 from .._checking.engines import SPECS
+from .._checking.engines.sglang import set_pool
 from .._checking.invariants import settled_codes
 from .._checking.limits import running_limits
 from .._core.config import STATE, report
@@ -454,6 +455,8 @@ def _init_state(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
     if _rank(max_rank) is None:  # sglang sizes the pool by the largest r of the set
         ranks = [_rank(spec.config.get("r")) for _, spec, _ in specs if spec is not None]
         max_rank = max([r for r in ranks if r is not None], default=None)
+    if not targets:  # sglang's pool: the union of the start-up adapters' target_modules
+        targets = set_pool(spec.config for _, spec, _ in specs if spec is not None)
     limits = _server_limits(instance, _rank(max_rank), targets)
     violations: list[Violation] = []
     for lora_ref, spec, found in specs:

@@ -4,7 +4,7 @@ and its source."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lora_guard._checking.engines.spec import (
@@ -15,8 +15,10 @@ from lora_guard._checking.engines.spec import (
     Rule,
     ServeSpec,
 )
+from lora_guard._reading.config import read_config
+from lora_guard._reading.malformed import Malformed
 
-__all__ = ["ENGINE"]
+__all__ = ["EMBEDDING_NAMES", "ENGINE", "config_names", "set_pool"]
 
 _SGLANG_TARGETS = (
     "q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "kv_a_proj_with_mqa", "q_b_proj",
@@ -32,7 +34,8 @@ _SGLANG_FLAGS = (
          "pool rank; default: the largest r of --lora-paths (LG101)"),
     Flag("--lora-target-modules", "lora_target_modules", "list", None,
          "modules of the pool (q/k/v stack into qkv_proj, gate/up into gate_up_proj; 'all' "
-         "every supported one); default: the union of the adapters' (LG104)", _SGLANG_TARGETS),
+         "every supported one); default: the union of the --lora-paths adapters' "
+         "target_modules (LG104)", _SGLANG_TARGETS),
     Flag("--max-loras-per-batch", "max_loras_per_batch", "int", 8,
          "GPU slots of one batch; adapters beyond it wait (no limit on the set)"),
     Flag("--max-loaded-loras", "max_loaded_loras", "int", None,
@@ -45,7 +48,8 @@ _SGLANG_FLAGS = (
          "not modelled by the check yet"),
     Flag("--lora-paths", "lora_paths", "adapters", None,
          "adapters loaded at start-up: PATH, NAME=PATH or JSON {\"lora_name\", \"lora_path\"} "
-         "(checked)"),
+         "(checked); without --max-lora-rank / --lora-target-modules their configs size the "
+         "pool, and adapters checked beside them are judged as loaded later, by that pool"),
 )
 
 
@@ -64,15 +68,72 @@ def _sglang_validate(options: Mapping[str, Any]) -> None:
 
 def _sglang_build(options: Mapping[str, Any], release: EngineProfile) -> dict[str, Any]:
     targets = options.get("lora_target_modules")
+    max_rank = options.get("max_lora_rank")
     rules = list(release.uses())
-    if options.get("max_lora_rank") is None:
-        rules.append("rank-from-set")
+    start_up = _start_up_configs(options) if not targets or max_rank is None else None
+    pool: Iterable[str] | None = None if not targets or "all" in targets else targets
+    if max_rank is None:  # sglang sizes the pool by the largest r of --lora-paths
+        if start_up is None:
+            rules.append("rank-from-set")
+        else:
+            max_rank = max((c["r"] for c in start_up if type(c.get("r")) is int), default=None)
+    if not targets:  # the pool's modules: the start-up adapters' (LoRAManager.init_lora_shapes)
+        if start_up is None:
+            rules.append("targets-from-set")
+        else:
+            pool = set_pool(start_up)
     return {
-        "max_rank": options.get("max_lora_rank"),
-        "target_modules": None if not targets or "all" in targets else targets,
+        "max_rank": max_rank,
+        "target_modules": pool,
         "max_loaded": options.get("max_loaded_loras"),
         "engine_rules": rules,
     }
+
+
+def _start_up_configs(options: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The ``adapter_config.json`` of each ``--lora-paths`` adapter, which sglang's pool is
+    sized by when no ``--max-lora-rank`` / ``--lora-target-modules`` is given; None when no
+    adapter is named, or one cannot be read here (a hub id, a missing folder: the check reads
+    and reports it itself), and the set checked stands for the start-up adapters."""
+    configs = []
+    for _, path in options.get("lora_paths") or ():
+        try:
+            config, _ = read_config(path)
+        except (Malformed, OSError, ValueError):
+            return None
+        configs.append(config)
+    return configs or None
+
+
+# sglang's names of the embeddings in a config's target_modules (get_normalized_target_modules)
+EMBEDDING_NAMES = {"embed_tokens": "embed_tokens", "vocab_emb": "embed_tokens",
+                   "embeddings": "embed_tokens", "word_embeddings": "embed_tokens",
+                   "lm_head": "lm_head", "output": "lm_head", "unembed_tokens": "lm_head"}
+
+
+def config_names(config: Mapping[str, Any]) -> frozenset[str] | None:
+    """The modules a config's ``target_modules`` list names as sglang reads them: each name's
+    last dotted part, an embedding by its own name (``output`` -> ``lm_head``); None for any
+    other value (a string such as ``all-linear`` names every module)."""
+    targets = config.get("target_modules")
+    if not isinstance(targets, list):
+        return None
+    lasts = (name.rsplit(".", 1)[-1] for name in targets if isinstance(name, str))
+    return frozenset(EMBEDDING_NAMES.get(last, last) for last in lasts)
+
+
+def set_pool(configs: Iterable[Mapping[str, Any]]) -> frozenset[str] | None:
+    """The modules of sglang's pool started without ``--lora-target-modules``: the union of
+    the start-up adapters' ``target_modules`` (`config_names`); None when one is a string
+    (``all-linear``: every module of the base) or none names any
+    (``LoRAManager.init_lora_shapes``)."""
+    union: set[str] = set()
+    for config in configs:
+        if isinstance(config.get("target_modules"), str):
+            return None
+        union |= config_names(config) or frozenset()
+    return frozenset(union) or None
+
 
 
 _SGLANG_RULES = (
@@ -97,11 +158,23 @@ _SGLANG_RULES = (
          "adapter (not converted to plain LoRA) serves on the original base weights it no "
          "longer matches", "sglang/srt/lora/lora_config.py:LoRAConfig.__init__",
          engine_refuses=False),
-    Rule("LG104", "the adapter's target modules, normalised (q/k/v -> qkv_proj, gate/up -> "
-         "gate_up_proj), must be a subset of --lora-target-modules",
-         "sglang/srt/lora/utils.py:get_normalized_target_modules; "
-         "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes",
-         uses=("packed-slices", "target-modules-list")),
+    Rule("LG104", "the adapter's modules, normalised (q/k/v -> qkv_proj, gate/up -> "
+         "gate_up_proj), must be among the pool's: --lora-target-modules, or without it the "
+         "union of the start-up adapters' target_modules ('all-linear': every module). A "
+         "config naming another module is refused (at start-up: the server does not start); "
+         "weights of another module under a config that does not name it ('all-linear', an "
+         "edited list) load, are skipped with a warning, and the first batch that uses the "
+         "adapter fails (the scheduler stops)",
+         "sglang/srt/lora/lora_manager.py:LoRAManager.init_lora_shapes; "
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.can_support, "
+         "LoRAMemoryPool.load_lora_weight_to_buffer",
+         uses=("packed-slices", "target-modules-list", "pool-by-config")),
+    Rule("LG104", "LoRA weights of embed_tokens or lm_head are read only when the adapter's "
+         "own target_modules names the module (or is 'all' / 'all-linear'): otherwise they "
+         "are dropped without a word (a debug log line) and the base module is served, "
+         "whatever --lora-target-modules serves", "sglang/srt/lora/lora.py:"
+         "LoRAAdapter._process_weight", engine_refuses=False,
+         uses=("embeddings-by-config",)),
     Rule("LG202", "target_modules as a string other than 'all' / 'all-linear' (a PEFT regex), "
          "or null fails the load",
          "sglang/srt/lora/utils.py:get_normalized_target_modules; "
@@ -117,9 +190,15 @@ _SGLANG_RULES = (
          "rank_pattern that gives them different ranks is refused when the weights are stacked",
          "sglang/srt/lora/lora.py:LoRAAdapter.normalize_qkv_proj",
          uses=("packed-ranks-uniform",)),
-    Rule("LG112", "one scaling for the whole adapter, lora_alpha / r: use_rslora, alpha_pattern "
-         "and a rank_pattern rank other than r load and serve at the wrong strength",
+    Rule("LG112", "one scaling for the whole adapter, lora_alpha / r: use_rslora and "
+         "alpha_pattern load and serve at the wrong strength",
          "sglang/srt/lora/lora.py:LoRAAdapter.__init__", engine_refuses=False,
+         uses=("one-scaling",)),
+    Rule("LG112", "a rank_pattern rank other than r (below it, or above it within "
+         "--max-lora-rank) loads, and the first batch that uses the adapter fails: each "
+         "module's slot in the pool is r wide (measured by the engine tier; its scaling, "
+         "lora_alpha / r, would be wrong too)",
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
          uses=("one-scaling",)),
     Rule("LG106", "no dtype rule: weights are copied into the pool's buffers, in the model's "
          "dtype", "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
@@ -137,6 +216,14 @@ _SGLANG_RULES = (
          "rank (rank_pattern) fails the copy when the adapter enters the pool",
          "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
          uses=("moe-expert-ranks",)),
+    Rule("LG104", "MoE expert LoRA saved by PEFT's target_parameters "
+         "(mlp.experts.base_layer.lora_A, mlp.experts.lora_A) is matched to no pool module: "
+         "a weight's module is found by a pool module's name inside the weight's name, and "
+         "none is in these; the adapter loads, they are skipped with a warning and the first "
+         "batch that uses it fails, whatever --lora-target-modules says (measured by the "
+         "engine tier)", "sglang/srt/lora/utils.py:get_target_module_name; "
+         "sglang/srt/lora/mem_pool.py:LoRAMemoryPool.load_lora_weight_to_buffer",
+         uses=("flat-experts-unmatched",)),
     Rule("LG104", "indexed shared-expert weights (shared_experts.<i>) are written over the "
          "routed experts' buffers without a word", "sglang/srt/lora/mem_pool.py:"
          "LoRAMemoryPool.load_lora_weight_to_buffer", until="0.5.23", engine_refuses=False,

@@ -9,6 +9,9 @@ from lora_guard._core.errors import Violation, make_violation
 
 @adapter_check("LG107", position=70)
 def empty_tensor(ctx: AdapterContext) -> list[Violation]:
+    empty = ctx.empty[0]
+    if not empty:  # (most adapters)
+        return []
     tensors = ctx.spec.tensors
     return [make_violation("LG107", "empty", ctx.subject, key=key, shape=tensors[key].shape)
-            for key in ctx.empty[0]]
+            for key in empty]

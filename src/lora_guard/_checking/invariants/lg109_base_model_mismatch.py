@@ -85,34 +85,30 @@ _TYPICAL_TARGETS = (
 _HEADS = frozenset(("score", "classifier", "qa_outputs", "lm_head", "embed_tokens"))
 _FUSED = {"gate_up_proj": ("gate_proj", "up_proj"), "qkv_proj": ("q_proj", "k_proj", "v_proj"),
           "w13": ("w1", "w3")}
+_FOREIGN = "foreign"
 
 
-def _foreign(module: LoRAModuleSpec, base: BaseModelDims,
-             rules: Collection[str] = frozenset()) -> bool:
+def _placement(path: str, model_type: str, fused_ok: bool) -> str:
+    """Where a module path stands on a base of ``model_type``: its non-text tower
+    (`_tower`), `_FOREIGN` (`_foreign_path`), or ``""`` (the language model's own module).
+    Asked for every module of every adapter: remembered (`_PLACEMENTS`, looked up first)."""
+    return _PLACEMENTS.put((path, model_type, fused_ok), _tower(path) or (
+        _FOREIGN if _foreign_path(path, model_type, fused_ok) else ""))
+
+
+_PLACEMENTS: Bounded[tuple[str, str, bool], str] = Bounded(
+    4096, "where a module path stands on a base model's architecture (its tower, foreign, or "
+    "its own: a model's module paths)")
+
+
+def _foreign_path(path: str, model_type: str, fused_ok: bool) -> bool:
     """A module whose name the base model's architecture does not have (GPT-2's ``c_attn`` on
     a Llama base), when the architecture is known. Per-expert paths are not compared: their
     names changed between transformers releases (``block_sparse_moe.experts.0.w1``). A packed
     name whose parts the base has (``qkv_proj`` on Llama) is the base's unless the engine
-    loads only the base's own names (``packed-names-native``)."""
-    model_type = base.model_type or ""
-    if model_type not in ARCHITECTURE_NAMES:
-        return False
-    return _foreign_name(module.module, model_type, "packed-names-native" not in rules)
-
-
-def _foreign_name(path: str, model_type: str, fused_ok: bool) -> bool:
-    """`_foreign` of a module path (asked for every module of every adapter: remembered)."""
-    return _FOREIGN.get_or_make((path, model_type, fused_ok),
-                                lambda: _foreign_path(path, model_type, fused_ok))
-
-
-_FOREIGN: Bounded[tuple[str, str, bool], bool] = Bounded(
-    4096, "whether a module path is foreign to an architecture (a model's module paths)")
-
-
-def _foreign_path(path: str, model_type: str, fused_ok: bool) -> bool:
-    names = ARCHITECTURE_NAMES[model_type]
-    if ".experts." in path + ".":
+    loads only the base's own names (``packed-names-native``: ``fused_ok`` False)."""
+    names = ARCHITECTURE_NAMES.get(model_type)
+    if names is None or ".experts." in path + ".":
         return False
     while path.endswith(".base_layer"):
         path = path[: -len(".base_layer")]
@@ -122,23 +118,34 @@ def _foreign_path(path: str, model_type: str, fused_ok: bool) -> bool:
     return not (fused_ok and leaf in _FUSED and all(part in names for part in _FUSED[leaf]))
 
 
+def _misplaced(module: LoRAModuleSpec, base: BaseModelDims, placed: str,
+               grouped: Grouped) -> None:
+    """A module of a non-text tower (compared with the tower's own config, which the base's
+    does not give) or of another architecture."""
+    if placed is not _FOREIGN:
+        if base.multimodal and (placed in base.towers or not base.towers):
+            return  # its dims are in the tower's own config
+        grouped.add(("LG109", "tower", placed), module.a_key or module.b_key or module.module,
+                    {"tower": placed, "source": base.source})
+        return
+    names = ARCHITECTURE_NAMES[base.model_type or ""]
+    grouped.add(("LG109", "architecture", base.model_type), module.module, {
+        "model_type": base.model_type,
+        "example": ", ".join([n for n in _TYPICAL_TARGETS if n in names][:4]
+                             or sorted(names)[:4])})
+
+
 def _check_base(module: LoRAModuleSpec, base: BaseModelDims,
                 grouped: Grouped, rules: Collection[str] = frozenset()) -> None:
+    path, model_type, fused_ok = module.module, base.model_type or "", (
+        "packed-names-native" not in rules)
+    placed = _PLACEMENTS.get((path, model_type, fused_ok))
+    if placed is None:
+        placed = _placement(path, model_type, fused_ok)
+    if placed:
+        _misplaced(module, base, placed, grouped)
+        return
     key = module.a_key or module.b_key or module.module
-    tower = _tower(module.module)
-    if tower is not None:
-        if base.multimodal and (tower in base.towers or not base.towers):
-            return  # its dims are in the tower's own config
-        grouped.add(("LG109", "tower", tower), key, {
-            "tower": tower, "source": base.source})
-        return
-    if _foreign(module, base, rules):
-        names = ARCHITECTURE_NAMES[base.model_type or ""]
-        grouped.add(("LG109", "architecture", base.model_type), module.module, {
-            "model_type": base.model_type,
-            "example": ", ".join([n for n in _TYPICAL_TARGETS if n in names][:4]
-                                 or sorted(names)[:4])})
-        return
     if module.layer is not None and base.num_layers is not None and (
             module.layer >= base.num_layers):
         grouped.add(("LG109", "layer", module.layer), key,
@@ -228,8 +235,8 @@ def fits_base(ctx: ModuleContext, module: LoRAModuleSpec, grouped: Grouped,
     module_dims = ctx.module_dims
     if module_dims is not None and module.module in module_dims:
         _check_fit(module, *module_dims[module.module], grouped)
-    elif ctx.limits.base is not None:
-        _check_base(module, ctx.limits.base, grouped, ctx.limits.engine_rules)
+    elif ctx.base is not None:
+        _check_base(module, ctx.base, grouped, ctx.engine_rules)
     elif ctx.vocab_size is not None:
         _check_vocab(module, ctx.vocab_size, grouped)
 

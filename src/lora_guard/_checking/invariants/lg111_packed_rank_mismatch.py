@@ -59,6 +59,8 @@ def _expert_ranks(ctx: AdapterContext) -> list[Violation]:
         if hit is not None and not hit["layer"].endswith("shared_experts") and (
                 ".shared_experts." not in m.module):
             groups.setdefault((hit["layer"], hit["proj"]), {})[int(hit["index"])] = int(m.rank or 0)
+    if not groups:  # no routed expert of its own rank (most adapters)
+        return []
     bad = [(key, ranks) for key, ranks in groups.items() if len(set(ranks.values())) > 1]
     engine = ctx.limits.engine or "the server"
     return [make_violation(

@@ -13,10 +13,13 @@ from typing import Any, NamedTuple
 
 from lora_guard._checking.limits import ServingLimits
 from lora_guard._checking.registry import ModuleRule, module_rules
-from lora_guard._checking.rules.recipe_outcome import ModuleOutcome, RecipeOutcome
+from lora_guard._checking.rules.recipe_outcome import ModuleOutcome, PartsOutcome, RecipeOutcome
 from lora_guard._checking.rules.shared import Expected, Grouped, more
 from lora_guard._core.errors import Violation, make_violation
-from lora_guard._reading.adapters import AdapterSpec, LoRAModuleSpec
+from lora_guard._core.frozen import builder
+from lora_guard._reading.adapters import AdapterSpec, FrozenConfig, LoRAModuleSpec
+from lora_guard._reading.basemodel import BaseModelDims
+from lora_guard._reading.bounded import Bounded, ValueKey
 from lora_guard._reading.grammar import PARTS_FIELDS
 
 __all__ = ["AdapterContext", "ModuleContext", "ModulePass", "grouped_violations"]
@@ -34,18 +37,32 @@ class ModulePass(NamedTuple):
 
 
 class ModuleContext(NamedTuple):
-    """What a module rule reads besides the module: all of it the same for the adapters of
-    equal parts in one run (`Parts.key`: the tensor entries and the config's
-    `PARTS_FIELDS`), which is why the module pass is shared by them (`PartsOutcome`). A rule
-    that needs more of the adapter is a check of its own (`adapter_check`), not a rule."""
+    """What a module rule reads besides the module: the config's `PARTS_FIELDS` and the
+    limits a module is held to, all of it the same for the adapters of equal parts
+    (`AdapterSpec.parts_key`: the tensor entries and those fields) checked against the same
+    limits, which is why their module pass is found once (`PartsOutcome`). A rule that
+    needs more of the adapter or of the limits is a check of its own (`adapter_check`), not
+    a rule."""
 
     subject: str
     """Names the adapter, for a finding in ``found`` (an outcome with one is never shared)."""
     config: Mapping[str, Any]
     """The config's `PARTS_FIELDS` alone (``r``, ``rank_pattern``...), read-only."""
-    limits: ServingLimits
+    target_modules: frozenset[str] | None
+    """`ServingLimits.target_modules`: the module types the server applies LoRA to."""
+    engine_rules: frozenset[str]
+    """`ServingLimits.engine_rules`."""
+    base: BaseModelDims | None
+    """`ServingLimits.base`: the base model's dims from its config."""
     vocab_size: int | None
     module_dims: Mapping[str, tuple[Expected, Expected]] | None
+
+
+def _held_to(limits: ServingLimits) -> tuple[frozenset[str] | None, frozenset[str],
+                                               BaseModelDims | None]:
+    """What of the limits a module is held to: `ModuleContext`'s ``target_modules``,
+    ``engine_rules`` and ``base``."""
+    return limits.target_modules, limits.engine_rules, limits.base  # type: ignore[return-value]
 
 
 _NO_KEYS: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
@@ -95,16 +112,25 @@ class AdapterContext:
         return self._modules
 
     def _module_pass(self) -> ModulePass:
-        """Once per parts in a set check: the modules' outcome is the same for every adapter
-        of equal parts (`PartsOutcome`; the rules read a `ModuleContext`). Computed each
-        time: a ``rank_pattern`` or ``use_bdlora`` (they change what each module is compared
-        with), an outcome that names the adapter (LG102 between A and B), and for a guard
+        """Once per parts and limits: the modules' outcome is the same for every adapter of
+        equal parts (`AdapterSpec.parts_key`) held to the same limits (the rules read a
+        `ModuleContext`): in a set check, the run's `PartsOutcome`; for a guard's adapter
+        (`spec_violations`), the one remembered for its parts and the values its
+        `ModuleContext` holds (`_GUARDED`). Computed each time: a ``rank_pattern`` or
+        ``use_bdlora`` (they change what each module is compared with), an outcome that names
+        the adapter (LG102 between A and B), a spec the reader did not make, and for a guard
         that knows the live model's dims."""
-        shared, config = self.shared, self.spec.config
-        if shared is None or self.vocab_size is not None or self.module_dims is not None or (
+        shared, spec, limits = self.shared, self.spec, self.limits
+        config = spec.config
+        if self.module_dims is not None or spec.parts_key is None or (
                 config.get("use_bdlora") is not None or config.get("rank_pattern")):
             return self._run_rules()
-        hit = shared.parts.modules
+        if shared is not None and self.vocab_size is None:
+            parts = shared.parts
+        else:
+            key = ValueKey((spec.parts_key, *_held_to(limits), self.vocab_size))
+            parts = _GUARDED.get(key) or _GUARDED.put(key, PartsOutcome())
+        hit = parts.modules
         if hit is not None:
             grouped = Grouped()
             for group, name, count, details in hit.grouped:
@@ -112,20 +138,22 @@ class AdapterContext:
             return ModulePass(grouped, [], dict(hit.ranks))
         outcome = self._run_rules()
         if not outcome.found:
-            shared.parts.modules = ModuleOutcome(
-                tuple((group, name, count, details) for group, (
-                    name, count, details) in outcome.grouped.items.items()),
+            parts.modules = _module_outcome(
+                tuple([(group, name, count, details) for group, (
+                    name, count, details) in outcome.grouped.items.items()]),
                 tuple(outcome.ranks.items()))
         return outcome
 
     def _run_rules(self) -> ModulePass:
+        config = self.spec.config
+        ctx = ModuleContext(
+            self.subject, types.MappingProxyType(
+                config.fields(PARTS_FIELDS) if type(config) is FrozenConfig else
+                {name: config[name] for name in PARTS_FIELDS if name in config}),
+            *_held_to(self.limits), self.vocab_size, self.module_dims)
         grouped, found, ranks = Grouped(), list[Violation](), dict[int, str]()
         every, full = _rules()
-        config = self.spec.config
-        bd = config.get("use_bdlora")
-        ctx = ModuleContext(self.subject, types.MappingProxyType(
-            {name: config[name] for name in PARTS_FIELDS if name in config}),
-            self.limits, self.vocab_size, self.module_dims)
+        bd = self.spec.config.get("use_bdlora")
         empty = self.empty[1]
         for module in self.spec.modules.values():
             if bd is not None:
@@ -139,6 +167,15 @@ class AdapterContext:
             if module.rank:
                 ranks.setdefault(module.rank, module.module)
         return ModulePass(grouped, found, ranks)
+
+
+_module_outcome = builder(ModuleOutcome)
+"""``ModuleOutcome`` of its fields in order (made from a pass that just ran)."""
+
+_GUARDED: Bounded[ValueKey, PartsOutcome] = Bounded(
+    256, "the module pass of the adapters a guard checks (`spec_violations`), by their parts "
+    "and the limits their modules are held to: the adapters of one recipe, loaded by a "
+    "server in turn, share it")
 
 
 _RULES: list[tuple[tuple[ModuleRule, ...], tuple[ModuleRule, ...]]] = []

@@ -17,6 +17,13 @@ ENTRY = entry(
         "DoRA's magnitude vector or a `modules_to_save` weight.",
         "lmdeploy: a full embedding weight saved with the adapter (`save_embedding_layers`, "
         "which PEFT turns on for an `lm_head` or `embed_tokens` target), in either form.",
+        "sglang: a weight of a module outside the server's pool (`--lora-target-modules`, "
+        "or without it the union of the start-up adapters' `target_modules`): refused at "
+        "load when the adapter's config names such a module, otherwise skipped with a "
+        "warning, and the first batch that uses the adapter fails; LoRA on `embed_tokens` / "
+        "`lm_head` that the adapter's own `target_modules` does not name, dropped without a "
+        "word; MoE expert LoRA saved by PEFT's `target_parameters`, whose names hold no "
+        "module of the pool (the first batch fails).",
         "sglang: a layer with LoRA on q_proj but not v_proj, on k_proj or v_proj but not "
         "q_proj, or on up_proj but not gate_proj (it stacks q/k/v and gate/up from the "
         "first).",
@@ -52,6 +59,14 @@ ENTRY = entry(
         "each, exclude_modules and modules_to_save naming none of them, layers_to_transform "
         "listing each layer or null), or drop the weights it leaves out: a config edited "
         "after training no longer says what was trained.",
+        "Start sglang with --lora-target-modules naming every module the adapters train "
+        "(q/k/v and gate/up by any of their names), or all; without the flag its pool holds "
+        "only what the start-up adapters' target_modules name. Or retrain the adapter on the "
+        "modules the server serves.",
+        "Save the experts' LoRA in a layout the engine reads (per expert, "
+        "experts.<i>.gate_proj / up_proj / down_proj, or packed 3-D experts.gate_up_proj / "
+        "down_proj), or serve the adapter with an engine that reads PEFT's "
+        "target_parameters.",
     ),
     example=(
         "# before: adapter targets o_proj, server serves q_proj,v_proj\n"
@@ -62,6 +77,16 @@ ENTRY = entry(
     error="AdapterError",
     messages={
         "module": "{subject}: module {module} ({target}) is not served; served: {served}.",
+        "flat-experts": (
+            "{subject}: {module} holds MoE expert LoRA ({target}) in the layout of PEFT's "
+            "target_parameters; {engine} finds a weight's LoRA module by its name, finds none "
+            "in these, loads the adapter, skips them with a warning and fails the first batch "
+            "that uses it."
+        ),
+        "pool": (
+            "{subject}: module {module} ({target}) is not among {engine}'s LoRA modules "
+            "({served}; {source}): {outcome}."
+        ),
         "grammar": "{subject}: tensor key {key!r} is not LoRA key grammar.",
         "saved-embedding": (
             "{subject}: tensor key {key!r} is a full {module} weight saved with "
@@ -101,5 +126,5 @@ ENTRY = entry(
     variant_fixes={"grammar": 1, "saved-embedding": 2, "saved-embedding-any": 2,
                    "shared-experts-overwritten": 1, "shared-experts-refused": 1,
                    "stack-incomplete": 3, "embedding-architecture": 4,
-                   "not-selected": 5},
+                   "not-selected": 5, "pool": 6, "flat-experts": 7},
 )
