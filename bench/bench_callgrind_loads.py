@@ -1,6 +1,6 @@
 """What lora_guard costs on a load or a swap, counted in instructions (callgrind), not time.
 
-    python bench/bench_callgrind_loads.py ROW [--calls N]
+    python bench/bench_callgrind_loads.py ROW [--calls N] [--cache-sim]
     (ROW: peft, sglang-r8, sglang-r16, sglang-hit, sglang-swap-in, vllm-r8, vllm-r16,
     vllm-add, vllm-r8-first)
 
@@ -238,10 +238,13 @@ def measure(row: str, calls: int, client: str) -> None:
         guard.uninstrument()
 
 
-def callgrind_counts(script: str, argv: list[str], calls: int) -> list[tuple[str, float]] | int:
+def callgrind_counts(script: str, argv: list[str], calls: int, *,
+                     cache_sim: bool = False) -> list[tuple[str, float]] | int:
     """Run ``script argv --calls N --client SO`` under callgrind (instrumentation off until
     the script's client requests toggle it) and read each dump it asks for: (the dump's
-    name, instructions per call), in dump order; or an exit code when it cannot run."""
+    name, instructions per call), in dump order; or an exit code when it cannot run. With
+    ``cache_sim``, each dump's name is followed by its simulated cache misses per call:
+    (name + " I1 miss", n), (name + " D1 miss", n), (name + " LL miss", n)."""
     if not shutil.which("valgrind") or not shutil.which("cc"):
         print("needs valgrind and a C compiler (cc) with valgrind/callgrind.h", file=sys.stderr)
         return 2
@@ -252,6 +255,7 @@ def callgrind_counts(script: str, argv: list[str], calls: int) -> list[tuple[str
                         str(tmp / "client.c")], check=True)
         done = subprocess.run(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+             *(["--cache-sim=yes"] if cache_sim else []),
              f"--callgrind-out-file={tmp}/out.%p", sys.executable, script, *argv,
              "--calls", str(calls), "--client", str(tmp / "client.so")],
             env={**os.environ, "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL,
@@ -266,9 +270,18 @@ def callgrind_counts(script: str, argv: list[str], calls: int) -> list[tuple[str
             # the part's own cost (callgrind_annotate's PROGRAM TOTALS); the "totals:" line
             # at the end also holds cost from before the zeroing (25 % more after 300
             # warm-up calls of sglang-swap-in, none of it the arm's)
-            total = re.search(r"^summary: (\d+)", text, re.M)
-            if name and total:
-                counts.append((name.group(1), int(total.group(1)) / calls))
+            total = re.search(r"^summary: ([\d ]+)", text, re.M)
+            events = re.search(r"^events: (.+)$", text, re.M)
+            if name and total and events:
+                found = dict(zip(events.group(1).split(), map(int, total.group(1).split()),
+                                 strict=False))
+                counts.append((name.group(1), found["Ir"] / calls))
+                if cache_sim:
+                    counts += [
+                        (f"{name.group(1)} I1 miss", found["I1mr"] / calls),
+                        (f"{name.group(1)} D1 miss", (found["D1mr"] + found["D1mw"]) / calls),
+                        (f"{name.group(1)} LL miss", (found["ILmr"] + found["DLmr"]
+                                                      + found["DLmw"]) / calls)]
         return counts
 
 
@@ -276,22 +289,35 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("row", choices=ROWS)
     parser.add_argument("--calls", type=int, default=20, help="calls per arm (default 20)")
+    parser.add_argument("--cache-sim", action="store_true",
+                        help="also simulate the caches: each arm's misses per call and an "
+                             "estimate of its cycles (Ir + 10 x L1 misses + 100 x LL misses)")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # set when run under valgrind
     args = parser.parse_args()
     if args.client:
         measure(args.row, args.calls, args.client)
         return 0
-    counts = callgrind_counts(__file__, [args.row], args.calls)
+    counts = callgrind_counts(__file__, [args.row], args.calls, cache_sim=args.cache_sim)
     if isinstance(counts, int):
         return counts
     print(f"## {args.row}: instructions per call ({args.calls} calls an arm, callgrind)")
     for arm, count in counts:
-        print(f"{arm:<8} {count:14,.0f}")
-    plain = [c for a, c in counts if a == "plain"]
-    guarded = [c for a, c in counts if a == "guarded"]
+        print(f"{arm:<16} {count:14,.0f}")
+    found = dict(enumerate(counts))
+    arms = [(i, arm, count) for i, (arm, count) in found.items() if arm in ARMS]
+    plain = [c for _, a, c in arms if a == "plain"]
+    guarded = [c for _, a, c in arms if a == "guarded"]
     ratios = " ".join(f"{g / p:.3f}" for p, g in zip(plain, guarded, strict=True))
     print(f"ratio instrumented / plain, per pair: {ratios}; "
           f"A/A floor (plain again / plain): {plain[1] / plain[0]:.3f}")
+    if args.cache_sim:  # each arm's dump is followed by its I1, D1 and LL misses
+        cycles = {i: c + 10 * (found[i + 1][1] + found[i + 2][1]) + 100 * found[i + 3][1]
+                  for i, _, c in arms}
+        plain_c = [cycles[i] for i, a, _ in arms if a == "plain"]
+        guarded_c = [cycles[i] for i, a, _ in arms if a == "guarded"]
+        ratios = " ".join(f"{g / p:.3f}" for p, g in zip(plain_c, guarded_c, strict=True))
+        print(f"estimated cycles per call: {' '.join(f'{c:,.0f}' for c in cycles.values())}; "
+              f"ratio per pair: {ratios}; A/A floor: {plain_c[1] / plain_c[0]:.3f}")
     return 0
 
 

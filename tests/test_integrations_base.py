@@ -393,6 +393,45 @@ def test_a_fast_path_calls_the_original_itself_and_hands_every_other_call_to_the
     assert module.Server().load("new") == ("loaded", "new")
 
 
+def test_a_fast_path_on_a_classmethod_gets_the_class_and_uninstrument_puts_it_back(
+        fakelib: Callable[..., str]) -> None:
+    # a loader's classmethod (vLLM's PEFTHelper.from_dict) whose hook only notes what the
+    # library was given: one function in its place, called with the class
+    name = fakelib("fake_fast_cls", source=LIBRARY + """
+class Helper:
+    @classmethod
+    def from_dict(cls, config):
+        helper = cls()
+        helper.r = config["r"]
+        return helper
+""")
+    module = __import__(name)
+    original = vars(module.Helper)["from_dict"]
+    noted: list[tuple[Any, Any]] = []
+
+    def fast(wrapped: Callable[..., Any], guarded: Callable[..., Any]) -> Callable[..., Any]:
+        def from_dict(cls: Any, config: Any) -> Any:
+            helper = wrapped(cls, config)
+            noted.append((cls, config))
+            return helper
+        return from_dict
+
+    guard = integration(name, patches=(
+        Patch(name, "Helper.from_dict", ("cls", "config"), refuse_all, fast=fast),))
+    guard.instrument()
+    try:
+        helper = module.Helper.from_dict({"r": 8})
+        assert (type(helper), helper.r) == (module.Helper, 8)
+        assert noted == [(module.Helper, {"r": 8})]
+        assert isinstance(vars(module.Helper)["from_dict"], classmethod)
+        assert module.Helper.from_dict.__wrapped__ is original.__func__
+    finally:
+        guard.uninstrument()
+    assert vars(module.Helper)["from_dict"] is original
+    module.Helper.from_dict({"r": 16})
+    assert len(noted) == 1
+
+
 # --- an adapter the engine has read already ------------------------------------------------
 
 
@@ -461,7 +500,7 @@ def _remembered(folder: Path) -> tuple[Any, Any, Any]:
     (as the first load found clean, then a second, leave it)."""
     from lora_guard.integrations._base import CleanVerdicts, read_key
 
-    verdicts, limits = CleanVerdicts("a test's loads"), object()
+    verdicts, limits = CleanVerdicts("a test's loads"), lg.ServingLimits(max_rank=16)
     key = read_key(*_as_read_by_an_engine(folder))
     verdicts.remember(key, limits)
     assert verdicts.clean(key, limits, folder)
@@ -523,6 +562,33 @@ def test_a_remembered_clean_load_is_refused_once_its_folder_is_swapped_for_anoth
     staged.rename(folder)
 
     assert not verdicts.clean(key, limits, folder)
+
+
+def test_equal_limits_share_remembered_verdicts_and_other_limits_do_not(
+        tmp_path: Path) -> None:
+    # a server restarted with the same flags (its limits made anew) keeps what it found
+    # clean; one with another rank, or whose base model's config.json changed, checks again
+    from lora_guard.integrations._base import CleanVerdicts, read_key
+
+    base = tmp_path / "base" / "config.json"
+    base.parent.mkdir()
+    dims = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}
+    base.write_text(json.dumps(dims))
+    verdicts = CleanVerdicts("a test's loads")
+    key = read_key(*_as_read_by_an_engine(write_adapter(tmp_path / "a", rank=8)))
+    first = lg.ServingLimits.for_engine("vllm", max_lora_rank=16, base_config=base)
+    verdicts.remember(key, first)
+
+    again = lg.ServingLimits.for_engine("vllm", max_lora_rank=16, base_config=base)
+    other_rank = lg.ServingLimits.for_engine("vllm", max_lora_rank=32, base_config=base)
+    base.write_text(json.dumps({**dims, "hidden_size": 128}))
+    other_base = lg.ServingLimits.for_engine("vllm", max_lora_rank=16, base_config=base)
+
+    assert again is not first and verdicts.clean(key, again)
+    assert not verdicts.clean(key, other_rank)
+    assert other_base == first  # the same path: equal as given, yet other dims were read
+    assert not verdicts.clean(key, other_base)
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,

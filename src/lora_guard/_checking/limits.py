@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import types
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ from lora_guard._checking.engines import (
 )
 from lora_guard._reading.adapters import FEATURES
 from lora_guard._reading.basemodel import BaseModelDims, load_base_config
+from lora_guard._reading.bounded import ValueKey
 from lora_guard._reading.safetensors import DTYPE_NAMES, safetensors_code
 
 __all__ = ["ENGINE_RULES", "ServingLimits", "engine_limits", "limits_argument",
@@ -235,6 +236,25 @@ class ServingLimits:
     def _set(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
 
+    def value_key(self) -> Hashable:
+        """These limits as one hashable value, made and hashed once: equal for limits equal
+        in every field (exact in type: ``8`` is not ``8.0``) and in the base model's dims
+        read from ``base_config``, so a memo of verdicts keyed by it is shared by equal
+        limits and by no others (the limits themselves hold mappings: no hash).
+
+        Example:
+            >>> import lora_guard as lg
+            >>> a, b = lg.ServingLimits(max_rank=16), lg.ServingLimits(max_rank=16)
+            >>> a.value_key() == b.value_key(), a.value_key() == lg.ServingLimits().value_key()
+            (True, False)
+        """
+        key = self.__dict__.get("_value_key")
+        if key is None:
+            key = ValueKey((tuple(_frozen(getattr(self, f.name))
+                                  for f in dataclasses.fields(self) if f.compare), self.base))
+            object.__setattr__(self, "_value_key", key)
+        return key
+
     @classmethod
     def for_engine(cls, name: str, *argv: str | Sequence[str], version: str | None = None,
                    **engine_options: Any) -> ServingLimits:
@@ -293,6 +313,21 @@ class ServingLimits:
             }),
         }
 
+
+def _frozen(value: object) -> Hashable:
+    """``value`` as a hashable value, exact in type; a leaf with no hash is a key of its own
+    (limits holding one share nothing: a miss, never a wrong match)."""
+    if isinstance(value, Mapping):
+        return Mapping, frozenset((_frozen(k), _frozen(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value), tuple(_frozen(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset, frozenset(_frozen(v) for v in value)
+    try:
+        hash(value)
+    except TypeError:
+        return object()
+    return type(value), value
 
 
 def limits_argument(owner: str, limits: object) -> ServingLimits:

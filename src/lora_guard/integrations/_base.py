@@ -35,6 +35,7 @@ from typing import Any
 
 import wrapt
 
+from .._checking.limits import ServingLimits
 from .._checking.registry import plugin_checks
 from .._core.config import STATE
 from .._core.errors import Violation
@@ -97,12 +98,14 @@ class Patch:
     """A target missing from this release is skipped (with a warning naming it and the
     version) instead of leaving the whole module unpatched."""
     fast: Callable[[Callable[..., Any], Callable[..., Any]], Callable[..., Any]] | None = None
-    """For a method an engine calls on every step: ``fast(original, guarded)`` returns the
-    function installed, which calls ``original(self, ...)`` itself when the state it guards
-    is as last verified (nothing new to check: one Python call on the engine's path) and
-    ``guarded(self, ...)`` (the wrapper, as without ``fast``) otherwise; or ``original``
-    itself, where this release needs no guard on the method (the hook's signature is still
-    checked, and `lora-guard doctor` lists it)."""
+    """For a method (or classmethod) an engine calls on every step or every load:
+    ``fast(original, guarded)`` returns the function installed, which calls
+    ``original(self, ...)`` itself when the state it guards is as last verified, or when it
+    only notes what the engine was given (nothing new to check: one Python call on the
+    engine's path), and ``guarded(self, ...)`` (the wrapper, as without ``fast``) otherwise;
+    or ``original`` itself, where this release needs no guard on the method (the hook's
+    signature is still checked, and `lora-guard doctor` lists it). For a classmethod,
+    ``self`` is the class."""
 
 
 @dataclass(frozen=True)
@@ -491,12 +494,13 @@ def _guarded(integration: Integration, raw: Any, wrapper: Wrapper, *, method: bo
     ``FunctionWrapper``'s; ``bench/bench_engine_paths.py`` measures the engines' paths).
     """
     fn = _raw_function(raw)
-    if isinstance(raw, classmethod):
-        return classmethod(functools.update_wrapper(_class_call(integration, fn, wrapper), fn))
-    if method and not isinstance(raw, staticmethod):
-        call = _method_call(integration, fn, wrapper)
+    if isinstance(raw, classmethod) or (method and not isinstance(raw, staticmethod)):
+        call = (_class_call if isinstance(raw, classmethod) else _method_call)(
+            integration, fn, wrapper)
         installed = call if fast is None else fast(fn, call)
-        return installed if installed is fn else functools.update_wrapper(installed, fn)
+        if installed is not fn:
+            functools.update_wrapper(installed, fn)
+        return classmethod(installed) if isinstance(raw, classmethod) else installed
     call = functools.update_wrapper(_plain_call(integration, fn, wrapper), fn)
     return staticmethod(call) if isinstance(raw, staticmethod) else call
 
@@ -646,35 +650,36 @@ class CleanVerdicts:
     """Adapters an engine has read and lora_guard found clean, remembered by value, so that
     a recipe's adapters (or one loaded again) are not checked again on the engine's path.
 
-    A verdict is kept for one key (what the engine read, by value: `read_key`), one limits
-    object and one set of registered checks: the same adapter under other limits, or after
-    `lora_guard.adapter_invariant` registered a check, is checked again. The limits are
-    keyed by identity (`ServingLimits` holds a dict and is not hashable) and held by the
-    entry, so that identity is not reused while the entry lives. Bounded: the 256 latest.
+    A verdict is kept for one key (what the engine read, by value: `read_key`), one value of
+    the limits (`ServingLimits.value_key`: equal limits share verdicts, made anew or not)
+    and one set of registered checks: the same adapter under other limits, or after
+    `lora_guard.adapter_invariant` registered a check, is checked again. Bounded: the 256
+    latest.
 
-    >>> verdicts = CleanVerdicts("a doctest's loads")
-    >>> limits, key = object(), read_key({"r": 8}, {})
+    >>> from lora_guard import ServingLimits
+    >>> verdicts, key = CleanVerdicts("a doctest's loads"), read_key({"r": 8}, {})
+    >>> limits = ServingLimits(max_rank=16)
     >>> verdicts.clean(key, limits), verdicts.remember(key, limits), verdicts.clean(key, limits)
     (False, None, True)
-    >>> verdicts.clean(key, object())
-    False
+    >>> verdicts.clean(key, ServingLimits(max_rank=16)), verdicts.clean(key, ServingLimits())
+    (True, False)
     """
 
     __slots__ = ("_folders", "_seen")
 
     def __init__(self, what: str) -> None:
-        self._seen = Bounded[tuple[Any, ...], object](256, what)
+        self._seen = Bounded[tuple[Any, ...], bool](256, what)
         self._folders = Bounded[str, tuple[int, ...]](
             256, f"{what}: the folders whose engine-read files obeyed the file rules, with no "
             "added_tokens.json, by their stamp then (device, inode, ctime, mtime)")
 
-    def clean(self, key: tuple[Any, ...] | None, limits: object,
+    def clean(self, key: tuple[Any, ...] | None, limits: ServingLimits,
               folder: str | os.PathLike[str] | None = None) -> bool:
         """Whether ``key`` was found clean under ``limits``. With ``folder`` (an engine that
         does not read it through the checker's reader), only while the files the engine read
         still obey the reader's file rules and it ships no ``added_tokens.json``, which no
         engine's LoRA loader reads and which is checked every time (`_folder_clean`)."""
-        if key is None or self._seen.get((id(limits), plugin_checks(), key)) is not limits:
+        if key is None or self._seen.get((limits.value_key(), plugin_checks(), key)) is None:
             return False
         return folder is None or self._folder_clean(os.fspath(folder))
 
@@ -707,9 +712,9 @@ class CleanVerdicts:
             self._folders.put(folder, stamp)
         return True
 
-    def remember(self, key: tuple[Any, ...] | None, limits: object) -> None:
+    def remember(self, key: tuple[Any, ...] | None, limits: ServingLimits) -> None:
         if key is not None:
-            self._seen.put((id(limits), plugin_checks(), key), limits)
+            self._seen.put((limits.value_key(), plugin_checks(), key), True)
 
     def clear(self) -> None:
         self._seen.clear()
