@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = ("peft", "sglang-r8", "sglang-r16", "sglang-hit", "sglang-swap-in", "vllm-r8",
-        "vllm-r16", "vllm-add", "vllm-r8-first")
+ROWS = ("peft", "sglang-r8", "sglang-r16", "sglang-hit", "sglang-swap-in", "sglang-prepare",
+        "sglang-prepare-bare", "vllm-r8", "vllm-r16", "vllm-add", "vllm-r8-first")
 ARMS = ("plain", "guarded", "plain", "guarded")
 _CLIENT = """#include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
@@ -86,8 +86,9 @@ def _row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any] | No
     from lora_guard.integrations import sglang as sglang_guard
 
     manager = h.sglang_server(max_loras_per_batch=4, max_lora_rank=16)
-    if row in ("sglang-hit", "sglang-swap-in"):
-        return _sglang_pool_row(row, manager, tmp), None, sglang_guard
+    if row in ("sglang-hit", "sglang-swap-in", "sglang-prepare", "sglang-prepare-bare"):
+        call = _sglang_pool_row(row, manager, tmp)
+        return call, None, _BareWrapper() if row == "sglang-prepare-bare" else sglang_guard
     rank = int(row.rsplit("r", 1)[1])
     path = h.peft_adapter(tmp / f"load-r{rank}", r=rank, seed=rank)
 
@@ -120,12 +121,51 @@ def _sglang_pool_row(row: str, manager: Any, tmp: Path) -> Callable[[], Any]:
                 pool._get_maybe_cached_weight_for_transfer(store, key, weight)
         return hits
     batches = [set(names[:4]), {names[4], *names[1:4]}]
+    if row.startswith("sglang-prepare"):
+        manager.fetch_new_loras(batches[0])
+        resident = batches[0]
+
+        def prepare() -> None:  # as fetch_new_loras calls it: by keyword
+            for _ in range(100):
+                pool.prepare_lora_batch(
+                    cur_uids=resident, lora_adapters=manager.loras,
+                    lora_modules=manager.lora_modules, lora_refs=manager.lora_refs,
+                    lora_embed_tokens_module=None, lora_lm_head_module=None)
+        return prepare
     flip = [0]
 
     def swap_in() -> None:
         flip[0] ^= 1
         manager.fetch_new_loras(batches[flip[0]])
     return swap_in
+
+
+class _BareWrapper:
+    """The ``sglang-prepare-bare`` row's "instrumented" arm: the cheapest Python wrapper
+    around sglang's ``LoRAMemoryPool.prepare_lora_batch`` (its own parameters, by name,
+    passed on by position; nothing checked): the least any check made before sglang's
+    code runs costs on that call."""
+
+    def instrument(self) -> None:
+        from sglang.srt.lora.mem_pool import LoRAMemoryPool
+
+        self.uninstrument()
+        original = LoRAMemoryPool.prepare_lora_batch
+
+        def prepare_lora_batch(self: Any, cur_uids: Any, lora_adapters: Any,
+                               lora_modules: Any, lora_refs: Any,
+                               lora_embed_tokens_module: Any,
+                               lora_lm_head_module: Any) -> Any:
+            return original(self, cur_uids, lora_adapters, lora_modules, lora_refs,
+                            lora_embed_tokens_module, lora_lm_head_module)
+        prepare_lora_batch.__wrapped__ = original  # type: ignore[attr-defined]
+        LoRAMemoryPool.prepare_lora_batch = prepare_lora_batch
+
+    def uninstrument(self) -> None:
+        from sglang.srt.lora.mem_pool import LoRAMemoryPool
+
+        installed = LoRAMemoryPool.prepare_lora_batch
+        LoRAMemoryPool.prepare_lora_batch = getattr(installed, "__wrapped__", installed)
 
 
 def _vllm_row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any] | None, Any]:
@@ -165,6 +205,14 @@ def _vllm_row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any]
         _GUARDED.clear()
     return load, forget if row == "vllm-r8-first" else None, vllm_guard
 
+
+_WARM = {"sglang-swap-in": 200}
+"""Warm-up calls after each switch, where 3 are too few: instrument() and uninstrument()
+replace class attributes, which drops the interpreter's specializations of the engine's code
+that reads them; a path that runs each of its lines once a call (a swap) takes some hundred
+calls to be re-specialized (the plain arm right after a switch: 2-3 % more instructions)."""
+
+
 def measure(row: str, calls: int, client: str) -> None:
     """Under callgrind: the four arms, each dumped under its name."""
     cg = ctypes.CDLL(client)
@@ -181,7 +229,7 @@ def measure(row: str, calls: int, client: str) -> None:
         cg.cg_start()
         for arm in ARMS:
             guard.instrument() if arm == "guarded" else guard.uninstrument()
-            for _ in range(3):
+            for _ in range(_WARM.get(row, 3)):
                 one()
             cg.cg_zero()
             for _ in range(calls):
@@ -219,7 +267,10 @@ def callgrind_counts(script: str, argv: list[str], calls: int, *,
         for dump in sorted(tmp.glob("out.*.*"), key=lambda p: int(p.name.rsplit(".", 1)[1])):
             text = dump.read_text()
             name = re.search(r"^desc: Trigger: Client Request: (\S+)", text, re.M)
-            total = re.search(r"^totals: ([\d ]+)", text, re.M)
+            # the part's own cost (callgrind_annotate's PROGRAM TOTALS); the "totals:" line
+            # at the end also holds cost from before the zeroing (25 % more after 300
+            # warm-up calls of sglang-swap-in, none of it the arm's)
+            total = re.search(r"^summary: ([\d ]+)", text, re.M)
             events = re.search(r"^events: (.+)$", text, re.M)
             if name and total and events:
                 found = dict(zip(events.group(1).split(), map(int, total.group(1).split()),

@@ -322,8 +322,8 @@ def test_slot_maps_broken_after_many_clean_steps_are_reported_at_the_next_step(
 
 def test_steps_of_resident_adapters_go_straight_to_sglang(guard, tmp_path, monkeypatch):
     # sglang passes the batch's adapters by keyword each step; with the pool's maps as the
-    # guard verified them, a step runs sglang's own code and one comparison of the maps
-    # with the verified copies: the guard's verification does not run at all
+    # guard verified them (the slot list heard no write, the dict equals its verified copy),
+    # a step runs sglang's own code: the guard's verification does not run at all
     manager = h.sglang_server(max_loras_per_batch=2)
     for name in ("a", "b"):
         path = h.peft_adapter(tmp_path / name, r=8)
@@ -343,6 +343,93 @@ def test_steps_of_resident_adapters_go_straight_to_sglang(guard, tmp_path, monke
 
     manager.fetch_new_loras({"a"})  # a batch of one: the maps stay as they were
     assert checks == []
+
+
+def test_a_swap_is_verified_at_its_own_step_and_the_next_steps_go_straight_to_sglang(
+        guard, tmp_path, monkeypatch):
+    manager = h.sglang_server(max_loras_per_batch=2)
+    for name in ("a", "b", "c"):
+        path = h.peft_adapter(tmp_path / name, r=8)
+        assert manager.load_lora_adapter(h.sglang_ref(name, path)).success
+    manager.fetch_new_loras({"a", "b"})
+    checks = []
+    verify = sglang_guard._verify_maps
+    monkeypatch.setattr(sglang_guard, "_verify_maps", lambda pool: checks.append(pool) or
+                        verify(pool))
+
+    manager.fetch_new_loras({"c", "b"})  # c evicts a: sglang writes both maps
+    assert checks == [manager.memory_pool]
+    manager.fetch_new_loras({"c", "b"})
+    assert checks == [manager.memory_pool]
+    assert manager.memory_pool.buffer_id_to_uid[manager.memory_pool.uid_to_buffer_id["c"]] == "c"
+
+
+def test_a_slot_dict_changed_behind_the_pools_back_is_reported_at_the_next_step(
+        guard, tmp_path):
+    # the slot list untouched, the dict rewritten: a points at b's slot
+    manager = h.sglang_server(max_loras_per_batch=2)
+    for name in ("a", "b"):
+        path = h.peft_adapter(tmp_path / name, r=8)
+        assert manager.load_lora_adapter(h.sglang_ref(name, path)).success
+    for _ in range(3):
+        manager.fetch_new_loras({"a", "b"})
+    pool = manager.memory_pool
+    pool.uid_to_buffer_id["a"] = pool.uid_to_buffer_id["b"]
+
+    with pytest.raises(lg.RegistryError, match="LG201"):
+        manager.fetch_new_loras({"a", "b"})
+
+
+def test_too_many_adapters_on_a_verified_pool_are_refused_before_sglang_changes_anything(
+        guard, tmp_path):
+    manager = h.sglang_server(max_loras_per_batch=2)
+    for i in range(3):
+        path = h.peft_adapter(tmp_path / f"a{i}", r=4, seed=i)
+        assert manager.load_lora_adapter(h.sglang_ref(f"a{i}", path)).success
+    manager.fetch_new_loras({"a0", "a1"})
+    pool = manager.memory_pool
+    before = (dict(pool.uid_to_buffer_id), list(pool.buffer_id_to_uid),
+              dict(pool.eviction_policy.access_order))
+
+    with pytest.raises(lg.RegistryError, match="LG201"):
+        pool.prepare_lora_batch(
+            cur_uids={"a0", "a1", "a2"}, lora_adapters=manager.loras,
+            lora_modules=manager.lora_modules, lora_refs=dict(manager.lora_refs),
+            lora_embed_tokens_module=None, lora_lm_head_module=None)
+    assert (dict(pool.uid_to_buffer_id), list(pool.buffer_id_to_uid),
+            dict(pool.eviction_policy.access_order)) == before
+
+
+def test_the_pools_slot_list_copies_and_pickles_as_sglangs_and_is_given_back_on_uninstrument(
+        env, tmp_path):
+    import copy
+    import pickle
+
+    manager = h.sglang_server(max_loras_per_batch=2)  # started before lora_guard
+    for name in ("a", "b", "c"):
+        path = h.peft_adapter(tmp_path / name, r=8)
+        assert manager.load_lora_adapter(h.sglang_ref(name, path)).success
+    pool = manager.memory_pool
+    own = pool.buffer_id_to_uid
+    sglang_guard.instrument()
+    try:
+        manager.fetch_new_loras({"a", "b"})
+        assert pool.buffer_id_to_uid is not own  # verified: the list that hears its writes
+        slots = pool.buffer_id_to_uid
+        for found in (copy.copy(slots), copy.deepcopy(slots), pickle.loads(pickle.dumps(slots)),
+                      slots[:]):
+            assert type(found) is list and found == list(slots)
+        # what the ranks of a tensor-parallel server compare is the same as sglang's own
+        plain = {"uid_to_slot": dict(pool.uid_to_buffer_id), "slot_to_uid": list(slots)}
+        assert lg.rank_fingerprint({"uid_to_slot": pool.uid_to_buffer_id,
+                                    "slot_to_uid": slots}) == lg.rank_fingerprint(plain)
+        manager.fetch_new_loras({"c", "b"})  # a swap: the maps change under the guard
+        now = list(pool.buffer_id_to_uid)
+    finally:
+        sglang_guard.uninstrument()
+    assert pool.buffer_id_to_uid is own and type(own) is list and own == now
+    assert type(pool.uid_to_buffer_id) is dict
+
 
 # --- pinned lookups (sglang 0.5.23 pins per adapter: layer.pinned_weights) -----------------------
 

@@ -6,7 +6,7 @@ nothing; the guards decide what to do with them according to the mode.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lora_guard._core.errors import Violation, make_violation
@@ -104,12 +104,6 @@ def check_cache_entry(key: object, cached: Any, weight: Any) -> Violation | None
 # --- LG201: slot maps ----------------------------------------------------------------------
 
 
-def _slot_items(slot_to_uid: Mapping[int, Any] | Sequence[Any]) -> Iterable[tuple[int, Any]]:
-    if isinstance(slot_to_uid, Mapping):
-        return slot_to_uid.items()
-    return enumerate(slot_to_uid)
-
-
 def check_slot_maps_violations(
     uid_to_slot: Mapping[Any, int],
     slot_to_uid: Mapping[int, Any] | Sequence[Any],
@@ -125,7 +119,7 @@ def check_slot_maps_violations(
     found: list[Violation] = []
     if slots is None and not isinstance(slot_to_uid, Mapping):
         slots = len(slot_to_uid)
-    holder = {slot: uid for slot, uid in _slot_items(slot_to_uid) if not _is_empty(uid, empty)}
+    holder = _held(slot_to_uid, empty)
     for uid, slot in uid_to_slot.items():
         if slots is not None and not (isinstance(slot, int) and 0 <= slot < slots):
             found.append(
@@ -140,7 +134,7 @@ def check_slot_maps_violations(
                 )
             )
     for slot, uid in holder.items():
-        mapped = uid_to_slot.get(uid, None) if _hashable(uid) else None
+        mapped = _slot_of(uid_to_slot, uid)
         if mapped != slot:
             found.append(
                 make_violation(
@@ -155,8 +149,20 @@ def check_slot_maps_violations(
     return found
 
 
-def _is_empty(uid: object, empty: object) -> bool:
-    return uid is empty or (empty is not None and uid == empty)
+def _held(slot_to_uid: Mapping[int, Any] | Sequence[Any], empty: object) -> dict[int, Any]:
+    """The slots in use: slot -> uid (a free slot holds ``empty``, or a value equal to it)."""
+    pairs = slot_to_uid.items() if isinstance(slot_to_uid, Mapping) else enumerate(slot_to_uid)
+    return {slot: uid for slot, uid in pairs
+            if uid is not empty and (empty is None or uid != empty)}
+
+
+def _slot_of(uid_to_slot: Mapping[Any, int], uid: object) -> int | None:
+    try:
+        return uid_to_slot.get(uid, None)
+    except TypeError:
+        if _hashable(uid):
+            raise
+        return None  # an unhashable id is in no map
 
 
 def _hashable(obj: object) -> bool:

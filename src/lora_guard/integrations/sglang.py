@@ -38,8 +38,10 @@ the checker on the files report the same codes (the engine tier asserts it adapt
   ``--lora-target-modules``, and their MoE layouts (LG002), before any is loaded: a server
   that would serve them wrong does not start. ``unload_lora_adapter`` releases a layout.
 - ``LoRAMemoryPool.prepare_lora_batch``: a batch needing more adapters than slots (LG201,
-  before sglang's assert), then the slot maps ``uid_to_buffer_id`` / ``buffer_id_to_uid``
-  (LG201, `lora_guard.check_slot_maps`).
+  before sglang's assert, its LRU marks or any map write), then the slot maps
+  ``uid_to_buffer_id`` / ``buffer_id_to_uid`` (LG201, `lora_guard.check_slot_maps`) when they
+  changed: once verified, the slot list is a list that hears its writes (copies and pickles
+  are plain lists; ``uninstrument`` gives sglang its own list back).
 - ``LoRAMemoryPool.load_lora_weight_to_buffer``: a slot out of range (LG201) or an adapter
   rank above the pool's (LG101) before the buffer is written; sglang's own refusal of a
   stale pinned hit (0.5.23 on) as LG003 with its fix.
@@ -65,6 +67,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -487,25 +490,30 @@ def _empty_marker(pool: Any) -> Any:
 
 def _prepare_lora_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any]) -> Any:
-    cur_uids = args[0] if args else kwargs.get("cur_uids")
+    """A batch needing more adapters than slots (LG201, before sglang changes anything);
+    the slot maps before the step when they changed since the last (an unload, a write
+    behind the pool's back) and after it."""
+    cur_uids = _arg(args, kwargs, 0, "cur_uids")
     slots = getattr(instance, "max_loras_per_batch", None)
     if isinstance(slots, int) and cur_uids is not None:
         needed = len(cur_uids if type(cur_uids) is set else set(cur_uids))
         if needed > slots:
             report([make_violation("LG201", "exhausted", "LoRAMemoryPool.prepare_lora_batch",
                                    needed=needed, slots=slots)])
+    _verify_maps(instance)
     result = wrapped(*args, **kwargs)
     _verify_maps(instance)
     return result
 
 
 def _verify_maps(pool: Any) -> None:
-    """LG201 for slot maps out of step, unless they are the maps verified last."""
+    """LG201 for slot maps out of step, unless they are as verified last (`_SlotUids`).
+    Found consistent, they are remembered so (sglang's list replaced, the first time)."""
     uid_to_slot = getattr(pool, "uid_to_buffer_id", None)
     slot_to_uid = getattr(pool, "buffer_id_to_uid", None)
-    verified = getattr(pool, "__dict__", _NOTHING).get(_VERIFIED_MAPS)
-    if verified is not None and verified[1] == slot_to_uid and verified[0] == uid_to_slot:
-        return  # the maps this guard verified last, unchanged: nothing new to check
+    uids = getattr(slot_to_uid, "uids", None)
+    if uids is not None and uids == uid_to_slot:
+        return  # the maps this guard verified last, not written since: nothing to check
     if isinstance(uid_to_slot, Mapping) and slot_to_uid is not None:
         slots = getattr(pool, "max_loras_per_batch", None)
         found = check_slot_maps_violations(
@@ -513,36 +521,106 @@ def _verify_maps(pool: Any) -> None:
             empty=_empty_marker(pool), subject="LoRAMemoryPool slot maps")
         report(found)
         if not found:
-            with contextlib.suppress(AttributeError, TypeError):
-                vars(pool)[_VERIFIED_MAPS] = (dict(uid_to_slot), list(slot_to_uid))
+            _verified(pool, uid_to_slot, slot_to_uid)
 
 
-_NOTHING: dict[str, Any] = {}
+class _SlotUids(list[Any]):
+    """sglang's ``buffer_id_to_uid``, in its place once this guard has found the pool's slot
+    maps consistent: the same list, which also hears every write to it (reads are the
+    list's own). ``uids`` is a copy of ``uid_to_buffer_id`` as verified with it, None after
+    any write to the list (sglang writes both maps when it evicts, loads or removes an
+    adapter); a write to the dict alone shows as the dict no longer equal to ``uids``.
+    ``own`` is sglang's list, given back (holding the current slots) on uninstrument; a
+    copy or a pickle is a plain list."""
+
+    __slots__ = ("own", "uids")
+
+    def __init__(self, own: list[Any], uids: dict[Any, Any]) -> None:
+        super().__init__(own)
+        self.own: list[Any] = own
+        self.uids: dict[Any, Any] | None = uids
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return list, (list(self),)
+
+
+def _hearing(name: str) -> Callable[..., Any]:
+    write = getattr(list, name)
+
+    def heard(self: _SlotUids, /, *args: Any, **kwargs: Any) -> Any:
+        self.uids = None
+        return write(self, *args, **kwargs)
+    heard.__name__ = heard.__qualname__ = name
+    return heard
+
+
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
+              "insert", "pop", "remove", "clear", "sort", "reverse"):
+    setattr(_SlotUids, _name, _hearing(_name))
+del _name
+
+_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""The pools whose ``buffer_id_to_uid`` is a `_SlotUids` (given sglang's list back on
+uninstrument)."""
+
+
+def _verified(pool: Any, uid_to_slot: Mapping[Any, Any], slot_to_uid: Any) -> None:
+    """Remember the pool's maps as verified: a copy of the dict on the list that hears its
+    writes (put in the place of sglang's list, the first time)."""
+    uids = dict(uid_to_slot)
+    if type(slot_to_uid) is _SlotUids:
+        slot_to_uid.uids = uids
+    elif type(slot_to_uid) is list:  # another type: nothing remembered, every step verified
+        with contextlib.suppress(AttributeError, TypeError):  # a pool that refuses either
+            _POOLS.add(pool)  # first: a list put in is always given back
+            # set as sglang sets it (``vars(pool)`` would turn the pool's attributes into a
+            # dict of their own: sglang's every ``self.`` read a little slower)
+            pool.buffer_id_to_uid = _SlotUids(slot_to_uid, uids)
+
+
+def _give_back(pool: Any) -> None:
+    """sglang's own list back in the pool, holding the current slots."""
+    slot_to_uid = getattr(pool, "buffer_id_to_uid", None)
+    if type(slot_to_uid) is _SlotUids:
+        slot_to_uid.own[:] = slot_to_uid
+        pool.buffer_id_to_uid = slot_to_uid.own
+
+
+_PREPARE_PARAMS = ("self", "cur_uids", "lora_adapters", "lora_modules", "lora_refs",
+                   "lora_embed_tokens_module", "lora_lm_head_module")
 
 
 def _prepare_fast(original: Callable[..., Any],
                   guarded: Callable[..., Any]) -> Callable[..., Any]:
-    """Every step prepares the batch's slots. A set of adapters that fits the pool, on a pool
-    whose maps were verified, calls the original at once and only compares the maps with
-    the verified copies after it (most steps: the adapters are resident, nothing moved)."""
-    def prepare_lora_batch(self: Any, /, *args: Any, **kwargs: Any) -> Any:
-        verified = getattr(self, "__dict__", _NOTHING).get(_VERIFIED_MAPS)
-        cur_uids = args[0] if args else kwargs.get("cur_uids")  # sglang: by keyword
-        if verified is None or type(cur_uids) is not set or \
-                len(cur_uids) > self.max_loras_per_batch:
-            return guarded(self, *args, **kwargs)
-        result = original(self, *args, **kwargs)
-        if (verified[1] != self.buffer_id_to_uid or verified[0] != self.uid_to_buffer_id) \
-                and INTEGRATION._active and not STATE.off:
-            _verify_maps(self)
+    """Every step prepares the batch's slots. A batch that fits the pool, on maps as verified
+    last, calls sglang's method at once; after it, the maps are verified only if it wrote
+    them (most steps: the adapters are resident, nothing written). Its parameters are
+    sglang's own (every supported release): passed on by position, Python's cheapest call;
+    a release that changes them gets the guarded path."""
+    code = getattr(original, "__code__", None)
+    if code is None or code.co_varnames[:code.co_argcount] != _PREPARE_PARAMS or \
+            code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or \
+            code.co_kwonlyargcount or getattr(original, "__defaults__", None):
+        return guarded
+
+    def prepare_lora_batch(self: Any, cur_uids: Any, lora_adapters: Any, lora_modules: Any,
+                           lora_refs: Any, lora_embed_tokens_module: Any,
+                           lora_lm_head_module: Any) -> Any:
+        try:  # len: at most as many adapters as slots, whatever the collection
+            slot_to_uid = self.buffer_id_to_uid
+            ready = slot_to_uid.uids == self.uid_to_buffer_id and \
+                len(cur_uids) <= self.max_loras_per_batch
+        except (AttributeError, TypeError):  # sglang's own list (not verified yet)
+            ready = False
+        if not ready:
+            return guarded(self, cur_uids, lora_adapters, lora_modules, lora_refs,
+                           lora_embed_tokens_module, lora_lm_head_module)
+        result = original(self, cur_uids, lora_adapters, lora_modules, lora_refs,
+                          lora_embed_tokens_module, lora_lm_head_module)
+        if slot_to_uid.uids is None and INTEGRATION._active and not STATE.off:
+            _verify_maps(self)  # an adapter swapped in: the maps sglang wrote
         return result
     return prepare_lora_batch
-
-
-_VERIFIED_MAPS = "_lora_guard_verified_slot_maps"
-"""Copies of the pool's slot maps as this guard last found them consistent, kept on the pool:
-a step that leaves them as they were has nothing new to check (most steps: the adapters of
-the batch are resident)."""
 
 
 def _load_lora_weight_to_buffer(wrapped: Callable[..., Any], instance: Any,
@@ -664,7 +742,11 @@ def _set_lora_info(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
 
 
 def _forget() -> None:
-    """On uninstrument: the layout registries, and the release's answers."""
+    """On uninstrument: the layout registries, the release's answers; sglang's own slot
+    lists back in their pools."""
+    for pool in list(_POOLS):
+        _give_back(pool)
+    _POOLS.clear()
     _REGISTRIES.clear()
     _ENGINE_CHECKS.clear()
     _CACHE_CODE.clear()
