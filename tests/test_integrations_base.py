@@ -17,7 +17,7 @@ import pytest
 import lora_guard as lg
 from lora_guard import integrations
 from lora_guard.integrations import Integration, IntegrationWarning
-from lora_guard.integrations._base import Patch
+from lora_guard.integrations._base import HeardList, Patch
 from lora_guard.testing import write_adapter
 
 LIBRARY = """
@@ -606,3 +606,29 @@ def test_a_file_another_user_owns_is_looked_at_every_load_and_refused_once_hard_
     os.link(weights, tmp_path / "their-copy.safetensors")  # the other account's second name
 
     assert not verdicts.clean(key, limits, folder)
+
+
+@pytest.mark.parametrize("write", [
+    lambda t: t.__setitem__(1, "c"), lambda t: t.__delitem__(0), lambda t: t.append("c"),
+    lambda t: t.extend(["c"]), lambda t: t.insert(0, "c"), lambda t: t.pop(),
+    lambda t: t.remove("a"), lambda t: t.clear(), lambda t: t.sort(), lambda t: t.reverse(),
+    lambda t: t.__iadd__(["c"]), lambda t: t.__imul__(2),
+])
+def test_a_slot_table_in_the_guards_list_forgets_its_verification_at_any_write(
+        write: Callable[[list[Any]], Any]) -> None:
+    # vLLM's lora_index_to_id and sglang's buffer_id_to_uid, once verified: a step that
+    # writes nothing keeps the verification; any write (the engine's, or one behind its
+    # back) drops it, and uninstrument gives the engine its own list object back
+    import copy
+    import pickle
+
+    engine_list = ["b", "a"]
+    table = HeardList(engine_list, frozenset({"a", "b"}))
+    assert table == ["b", "a"] and table[1] == "a" and "a" in table  # reads as the list
+    assert table.verified == frozenset({"a", "b"})
+    assert type(copy.copy(table)) is list and type(pickle.loads(pickle.dumps(table))) is list
+
+    write(table)
+    assert table.verified is None
+    current = list(table)
+    assert table.give_back() is engine_list and engine_list == current

@@ -57,8 +57,8 @@ from .._reading.bounded import Bounded
 from .._reading.files import join_name, lexists, open_regular
 from .._reading.safetensors import TensorInfo
 
-__all__ = ["AttachReport", "CleanVerdicts", "Integration", "IntegrationWarning", "Patch",
-           "loaded_adapter", "local_adapter", "read_key"]
+__all__ = ["AttachReport", "CleanVerdicts", "HeardList", "Integration", "IntegrationWarning",
+           "Patch", "loaded_adapter", "local_adapter", "read_key"]
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 _MISSING = object()
@@ -780,3 +780,44 @@ def _files_stay_inside(folder: str | os.PathLike[str]) -> set[int] | None:
                 owners.add(info.st_uid)
             break
     return owners
+
+
+class HeardList(list[Any]):
+    """An engine's slot table (a list), put in its place once a guard has found it consistent:
+    the same items, in a list that also hears every write to it, so a step that writes
+    nothing leaves nothing to check (reads are the list's own, at C speed). ``verified`` is
+    what the guard found at that check (each integration says what), None after any write
+    (the engine activating, evicting, loading; anything writing it behind the engine's
+    back). ``own`` is the engine's own list object, which `give_back` returns holding the
+    current items. A copy or a pickle of it is a plain list."""
+
+    __slots__ = ("own", "verified")
+
+    def __init__(self, own: list[Any], verified: Any) -> None:
+        super().__init__(own)
+        self.own: list[Any] = own
+        self.verified: Any = verified
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return list, (list(self),)
+
+    def give_back(self) -> list[Any]:
+        """The engine's own list, holding the items this one holds now."""
+        self.own[:] = self
+        return self.own
+
+
+def _hearing(name: str) -> Callable[..., Any]:
+    write = getattr(list, name)
+
+    def heard(self: HeardList, /, *args: Any, **kwargs: Any) -> Any:
+        self.verified = None
+        return write(self, *args, **kwargs)
+    heard.__name__ = heard.__qualname__ = name
+    return heard
+
+
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
+              "insert", "pop", "remove", "clear", "sort", "reverse"):
+    setattr(HeardList, _name, _hearing(_name))
+del _name

@@ -89,6 +89,7 @@ from .._reading.adapters import AdapterSpec
 from ._base import (
     AttachReport,
     CleanVerdicts,
+    HeardList,
     Integration,
     Patch,
     loaded_adapter,
@@ -507,11 +508,11 @@ def _prepare_lora_batch(wrapped: Callable[..., Any], instance: Any, args: tuple[
 
 
 def _verify_maps(pool: Any) -> None:
-    """LG201 for slot maps out of step, unless they are as verified last (`_SlotUids`).
+    """LG201 for slot maps out of step, unless they are as verified last (`HeardList`).
     Found consistent, they are remembered so (sglang's list replaced, the first time)."""
     uid_to_slot = getattr(pool, "uid_to_buffer_id", None)
     slot_to_uid = getattr(pool, "buffer_id_to_uid", None)
-    uids = getattr(slot_to_uid, "uids", None)
+    uids = getattr(slot_to_uid, "verified", None)
     if uids is not None and uids == uid_to_slot:
         return  # the maps this guard verified last, not written since: nothing to check
     if isinstance(uid_to_slot, Mapping) and slot_to_uid is not None:
@@ -524,66 +525,32 @@ def _verify_maps(pool: Any) -> None:
             _verified(pool, uid_to_slot, slot_to_uid)
 
 
-class _SlotUids(list[Any]):
-    """sglang's ``buffer_id_to_uid``, in its place once this guard has found the pool's slot
-    maps consistent: the same list, which also hears every write to it (reads are the
-    list's own). ``uids`` is a copy of ``uid_to_buffer_id`` as verified with it, None after
-    any write to the list (sglang writes both maps when it evicts, loads or removes an
-    adapter); a write to the dict alone shows as the dict no longer equal to ``uids``.
-    ``own`` is sglang's list, given back (holding the current slots) on uninstrument; a
-    copy or a pickle is a plain list."""
-
-    __slots__ = ("own", "uids")
-
-    def __init__(self, own: list[Any], uids: dict[Any, Any]) -> None:
-        super().__init__(own)
-        self.own: list[Any] = own
-        self.uids: dict[Any, Any] | None = uids
-
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        return list, (list(self),)
-
-
-def _hearing(name: str) -> Callable[..., Any]:
-    write = getattr(list, name)
-
-    def heard(self: _SlotUids, /, *args: Any, **kwargs: Any) -> Any:
-        self.uids = None
-        return write(self, *args, **kwargs)
-    heard.__name__ = heard.__qualname__ = name
-    return heard
-
-
-for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
-              "insert", "pop", "remove", "clear", "sort", "reverse"):
-    setattr(_SlotUids, _name, _hearing(_name))
-del _name
-
 _POOLS: weakref.WeakSet[Any] = weakref.WeakSet()
-"""The pools whose ``buffer_id_to_uid`` is a `_SlotUids` (given sglang's list back on
-uninstrument)."""
+"""The pools whose ``buffer_id_to_uid`` is a `HeardList` (given sglang's list back on
+uninstrument). Its ``verified`` is a copy of ``uid_to_buffer_id`` as verified with it: sglang
+writes both maps when it evicts, loads or removes an adapter, and a write to the dict alone
+shows as the dict no longer equal to that copy."""
 
 
 def _verified(pool: Any, uid_to_slot: Mapping[Any, Any], slot_to_uid: Any) -> None:
     """Remember the pool's maps as verified: a copy of the dict on the list that hears its
     writes (put in the place of sglang's list, the first time)."""
     uids = dict(uid_to_slot)
-    if type(slot_to_uid) is _SlotUids:
-        slot_to_uid.uids = uids
+    if type(slot_to_uid) is HeardList:
+        slot_to_uid.verified = uids
     elif type(slot_to_uid) is list:  # another type: nothing remembered, every step verified
         with contextlib.suppress(AttributeError, TypeError):  # a pool that refuses either
             _POOLS.add(pool)  # first: a list put in is always given back
             # set as sglang sets it (``vars(pool)`` would turn the pool's attributes into a
             # dict of their own: sglang's every ``self.`` read a little slower)
-            pool.buffer_id_to_uid = _SlotUids(slot_to_uid, uids)
+            pool.buffer_id_to_uid = HeardList(slot_to_uid, uids)
 
 
 def _give_back(pool: Any) -> None:
     """sglang's own list back in the pool, holding the current slots."""
     slot_to_uid = getattr(pool, "buffer_id_to_uid", None)
-    if type(slot_to_uid) is _SlotUids:
-        slot_to_uid.own[:] = slot_to_uid
-        pool.buffer_id_to_uid = slot_to_uid.own
+    if type(slot_to_uid) is HeardList:
+        pool.buffer_id_to_uid = slot_to_uid.give_back()
 
 
 _PREPARE_PARAMS = ("self", "cur_uids", "lora_adapters", "lora_modules", "lora_refs",
@@ -608,7 +575,7 @@ def _prepare_fast(original: Callable[..., Any],
                            lora_lm_head_module: Any) -> Any:
         try:  # len: at most as many adapters as slots, whatever the collection
             slot_to_uid = self.buffer_id_to_uid
-            ready = slot_to_uid.uids == self.uid_to_buffer_id and \
+            ready = slot_to_uid.verified == self.uid_to_buffer_id and \
                 len(cur_uids) <= self.max_loras_per_batch
         except (AttributeError, TypeError):  # sglang's own list (not verified yet)
             ready = False
@@ -617,7 +584,7 @@ def _prepare_fast(original: Callable[..., Any],
                            lora_embed_tokens_module, lora_lm_head_module)
         result = original(self, cur_uids, lora_adapters, lora_modules, lora_refs,
                           lora_embed_tokens_module, lora_lm_head_module)
-        if slot_to_uid.uids is None and INTEGRATION._active and not STATE.off:
+        if slot_to_uid.verified is None and INTEGRATION._active and not STATE.off:
             _verify_maps(self)  # an adapter swapped in: the maps sglang wrote
         return result
     return prepare_lora_batch

@@ -59,6 +59,7 @@ from .._reading.adapters import AdapterSpec
 from ._base import (
     AttachReport,
     CleanVerdicts,
+    HeardList,
     Integration,
     Patch,
     loaded_adapter,
@@ -572,43 +573,11 @@ def _activate_adapter(wrapped: Callable[..., Any], instance: Any, args: tuple[An
     return result
 
 
-class _Slots(list[Any]):
-    """vLLM's slot table (a manager's ``lora_index_to_id``), in its place once this guard has
-    found it consistent with the active adapters: the same list, which also hears every write
-    to it. ``verified`` holds the ids of the adapters found in it, active, at that check; any
-    write empties it (vLLM writes the table when it activates, deactivates or evicts; so does
-    anything that changes the table behind vLLM's back), and vLLM replacing the table with a
-    list of its own (``remove_all_adapters``) leaves no ``verified`` to read. A copy or a
-    pickle of it is a plain list."""
-
-    __slots__ = ("verified",)
-
-    def __init__(self, table: Iterable[Any], verified: frozenset[Any]) -> None:
-        super().__init__(table)
-        self.verified = verified
-
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        return list, (list(self),)
-
-
-def _hearing(name: str) -> Callable[..., Any]:
-    mutate = getattr(list, name)
-
-    def heard(self: _Slots, /, *args: Any, **kwargs: Any) -> Any:
-        self.verified = _NO_IDS
-        return mutate(self, *args, **kwargs)
-    heard.__name__ = heard.__qualname__ = name
-    return heard
-
-
-_NO_IDS: frozenset[Any] = frozenset()
-for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
-              "insert", "pop", "remove", "clear", "sort", "reverse"):
-    setattr(_Slots, _name, _hearing(_name))
-del _name
-
 _MANAGERS: weakref.WeakSet[Any] = weakref.WeakSet()
-"""The managers whose slot table is a `_Slots` (given their own lists back on uninstrument)."""
+"""The managers whose slot table (``lora_index_to_id``) is a `HeardList` (given their own
+lists back on uninstrument). Its ``verified`` holds the ids of the adapters found in it, active,
+at that check; vLLM replacing the table with a list of its own (``remove_all_adapters``) leaves
+no ``verified`` to read."""
 
 
 def _verified(manager: Any) -> None:
@@ -621,10 +590,10 @@ def _verified(manager: Any) -> None:
         ids = frozenset(i for i in table if i is not None and i in active)
     except TypeError:  # unhashable ids: nothing remembered, every call checked
         return
-    if type(table) is _Slots:
+    if type(table) is HeardList:
         table.verified = ids
         return
-    if _note(manager, "lora_index_to_id", _Slots(table, ids)):
+    if _note(manager, "lora_index_to_id", HeardList(table, ids)):
         with contextlib.suppress(TypeError):  # not weakly referable: keeps our table
             _MANAGERS.add(manager)
 
@@ -635,7 +604,7 @@ _BY_KEYWORD = object()
 def _activate_fast(original: Callable[..., Any],
                    guarded: Callable[..., Any]) -> Callable[..., Any]:
     """Every step activates each adapter of the batch; one in the slot table this guard
-    verified last, with no write to the table since (`_Slots`), is vLLM's own early return:
+    verified last, with no write to the table since (`HeardList`), is vLLM's own early return:
     nothing new to check, the original is called at once (no comparison, no copy). Where
     vLLM's method takes ``(self, lora_id)`` alone (every supported release), so does this
     function: Python's cheapest call, both into it and on to vLLM's."""
@@ -644,7 +613,7 @@ def _activate_fast(original: Callable[..., Any],
             try:
                 if lora_id in self.lora_index_to_id.verified:
                     return original(self, lora_id)
-            except (AttributeError, TypeError):  # not verified (vLLM's own list), an odd id
+            except (AttributeError, TypeError):  # vLLM's own list, one written, an odd id
                 pass
             return guarded(self, lora_id)
         return activate_adapter
@@ -667,8 +636,8 @@ def _forget() -> None:
     _CLEAN.clear()
     for manager in list(_MANAGERS):  # vLLM's managers get plain lists back
         table = getattr(manager, "lora_index_to_id", None)
-        if type(table) is _Slots:
-            _note(manager, "lora_index_to_id", list(table))
+        if type(table) is HeardList:
+            _note(manager, "lora_index_to_id", table.give_back())
     _MANAGERS.clear()
 
 
