@@ -58,7 +58,7 @@ from .._reading.files import join_name, lexists, open_regular
 from .._reading.safetensors import TensorInfo
 
 __all__ = ["AttachReport", "CleanVerdicts", "HeardList", "Integration", "IntegrationWarning",
-           "Patch", "loaded_adapter", "local_adapter", "read_key"]
+           "Patch", "loaded_adapter", "local_adapter", "note", "read_key"]
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 _MISSING = object()
@@ -780,6 +780,20 @@ def _files_stay_inside(folder: str | os.PathLike[str]) -> set[int] | None:
                 owners.add(info.st_uid)
             break
     return owners
+
+
+def note(owner: Any, name: str, value: Any) -> bool:
+    """Set an attribute of one of the engine's objects (a worker, a helper, a manager, a pool)
+    as the engine sets its own: through ``setattr``, never ``vars(owner)``, whose dict, once
+    asked for, stays and makes every later read of the object's attributes slower (CPython
+    3.11 keeps an object's attributes beside it until its ``__dict__`` is asked for), the
+    engine's own reads on every step included. Read it back with ``getattr``. False where
+    the object takes no such attribute."""
+    try:
+        setattr(owner, name, value)
+    except (AttributeError, TypeError):
+        return False
+    return True
 
 
 class HeardList(list[Any]):

@@ -94,6 +94,7 @@ from ._base import (
     Patch,
     loaded_adapter,
     local_adapter,
+    note,
     read_key,
 )
 
@@ -197,13 +198,12 @@ def _limits(manager: Any) -> ServingLimits:
     targets = getattr(manager, "target_modules", None)
     config = getattr(manager, "base_hf_config", None)
     key = (max_rank, _frozen(targets), config)
-    kept: tuple[Any, ServingLimits] | None = getattr(manager, "__dict__", {}).get(_LIMITS_SLOT)
+    kept: tuple[Any, ServingLimits] | None = getattr(manager, _LIMITS_SLOT, None)
     if kept is not None and kept[0][0] == key[0] and kept[0][2] is config and \
             kept[0][1] == key[1]:
         return kept[1]  # the same server as at the last load: its limits, made then
     limits = _server_limits(manager, max_rank, targets)
-    with contextlib.suppress(AttributeError, TypeError):  # a manager without a __dict__
-        vars(manager)[_LIMITS_SLOT] = (key, limits)
+    note(manager, _LIMITS_SLOT, (key, limits))  # a manager that takes none: made each load
     return limits
 
 

@@ -64,6 +64,7 @@ from ._base import (
     Patch,
     loaded_adapter,
     local_adapter,
+    note,
     read_key,
 )
 
@@ -107,21 +108,8 @@ def _server(worker: Any) -> _Server:
             a is b for a, b in zip(kept.key, key, strict=True)):
         return kept
     server = _Server(worker, key)
-    _note(worker, _SERVER_SLOT, server)
+    note(worker, _SERVER_SLOT, server)
     return server
-
-
-def _note(owner: Any, name: str, value: Any) -> bool:
-    """Set an attribute of one of vLLM's objects (a worker, a helper, a manager), as vLLM
-    sets its own: through ``setattr``, never ``vars(owner)``, whose dict, once asked for,
-    stays and makes every later read of the object's attributes slower (CPython 3.11 keeps
-    an object's attributes beside it until its ``__dict__`` is asked for), vLLM's own reads
-    on every step included. False where the object takes no such attribute."""
-    try:
-        setattr(owner, name, value)
-    except (AttributeError, TypeError):
-        return False
-    return True
 
 
 _LOADING: contextvars.ContextVar[_Server | None] = contextvars.ContextVar(
@@ -228,7 +216,7 @@ def _note_rank(helper: Any, lora_config: Any) -> None:
     """Keep on the helper the ``max_lora_rank`` it was validated against (`_max_rank`)."""
     max_rank = _usable_rank(getattr(lora_config, "max_lora_rank", None))
     if max_rank is not None:
-        _note(helper, _VALIDATED_SLOT, max_rank)
+        note(helper, _VALIDATED_SLOT, max_rank)
 
 
 def _exactly(original: Callable[..., Any], count: int) -> bool:
@@ -512,7 +500,7 @@ def _from_dict(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...]
 def _note_config(helper: Any, config: Any) -> None:
     """Keep on the helper the config it was made from (`_config_of`)."""
     if isinstance(config, dict):
-        _note(helper, _CONFIG_SLOT, config)
+        note(helper, _CONFIG_SLOT, config)
 
 
 def _from_dict_fast(original: Callable[..., Any],
@@ -593,7 +581,7 @@ def _verified(manager: Any) -> None:
     if type(table) is HeardList:
         table.verified = ids
         return
-    if _note(manager, "lora_index_to_id", HeardList(table, ids)):
+    if note(manager, "lora_index_to_id", HeardList(table, ids)):
         with contextlib.suppress(TypeError):  # not weakly referable: keeps our table
             _MANAGERS.add(manager)
 
@@ -637,7 +625,7 @@ def _forget() -> None:
     for manager in list(_MANAGERS):  # vLLM's managers get plain lists back
         table = getattr(manager, "lora_index_to_id", None)
         if type(table) is HeardList:
-            _note(manager, "lora_index_to_id", table.give_back())
+            note(manager, "lora_index_to_id", table.give_back())
     _MANAGERS.clear()
 
 
