@@ -58,7 +58,7 @@ from .._reading.files import join_name, lexists, open_regular
 from .._reading.safetensors import TensorInfo
 
 __all__ = ["AttachReport", "CleanVerdicts", "HeardList", "Integration", "IntegrationWarning",
-           "Patch", "loaded_adapter", "local_adapter", "note", "read_key"]
+           "Patch", "loaded_adapter", "local_adapter", "note", "read_key", "takes_exactly"]
 
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 _MISSING = object()
@@ -780,6 +780,21 @@ def _files_stay_inside(folder: str | os.PathLike[str]) -> set[int] | None:
                 owners.add(info.st_uid)
             break
     return owners
+
+
+def takes_exactly(original: Callable[..., Any], count: int, *,
+                  names: tuple[str, ...] | None = None,
+                  defaults: tuple[Any, ...] | None = None) -> bool:
+    """Whether ``original`` is a plain function of exactly ``count`` positional parameters
+    (named ``names``, with the defaults ``defaults``, where given) and nothing else: a fast
+    path of that signature in its place makes the cheapest calls both ways, into it and on to
+    the engine's; an engine release with another signature gets the guarded path."""
+    code = getattr(original, "__code__", None)
+    if code is None or code.co_argcount != count or code.co_kwonlyargcount or \
+            code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
+        return False
+    return (names is None or code.co_varnames[:count] == names) and (
+        defaults is None or (getattr(original, "__defaults__", None) or ()) == defaults)
 
 
 def note(owner: Any, name: str, value: Any) -> bool:

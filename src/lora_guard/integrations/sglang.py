@@ -67,7 +67,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
-import inspect
 import os
 import re
 import sys
@@ -96,6 +95,7 @@ from ._base import (
     local_adapter,
     note,
     read_key,
+    takes_exactly,
 )
 
 __all__ = ["INTEGRATION", "SET_LORA_INFO_DIMS", "instrument", "uninstrument"]
@@ -564,10 +564,7 @@ def _prepare_fast(original: Callable[..., Any],
     them (most steps: the adapters are resident, nothing written). Its parameters are
     sglang's own (every supported release): passed on by position, Python's cheapest call;
     a release that changes them gets the guarded path."""
-    code = getattr(original, "__code__", None)
-    if code is None or code.co_varnames[:code.co_argcount] != _PREPARE_PARAMS or \
-            code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or \
-            code.co_kwonlyargcount or getattr(original, "__defaults__", None):
+    if not takes_exactly(original, len(_PREPARE_PARAMS), names=_PREPARE_PARAMS, defaults=()):
         return guarded
 
     def prepare_lora_batch(self: Any, cur_uids: Any, lora_adapters: Any, lora_modules: Any,

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import inspect
 import os
 import sys
 import weakref
@@ -66,6 +65,7 @@ from ._base import (
     local_adapter,
     note,
     read_key,
+    takes_exactly,
 )
 
 __all__ = ["INTEGRATION", "instrument", "slot_violations", "uninstrument"]
@@ -219,18 +219,10 @@ def _note_rank(helper: Any, lora_config: Any) -> None:
         note(helper, _VALIDATED_SLOT, max_rank)
 
 
-def _exactly(original: Callable[..., Any], count: int) -> bool:
-    """Whether ``original`` takes exactly ``count`` positional parameters, nothing else (a
-    function of that signature in its place makes the cheapest calls both ways)."""
-    code = getattr(original, "__code__", None)
-    return (code is not None and code.co_argcount == count and not code.co_kwonlyargcount
-            and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS))
-
-
 def _validate_fast(original: Callable[..., Any],
                    guarded: Callable[..., Any]) -> Callable[..., Any]:
     """``validate_legal`` checks nothing here: it notes the rank, in one call."""
-    if not _exactly(original, 2):
+    if not takes_exactly(original, 2):
         return guarded
 
     def validate_legal(self: Any, lora_config: Any) -> Any:
@@ -424,10 +416,8 @@ def _tensors_fast(original: Callable[..., Any],
     vLLM passes its eight arguments by keyword: where the method's parameters and defaults
     are the known ones, this function has them too and passes them on by position (about
     6,600 instructions a load less than gathering them into a dict and spreading it again)."""
-    code = getattr(original, "__code__", None)
-    if (_exactly(original, len(_TENSORS_PARAMS)) and code is not None
-            and code.co_varnames[:len(_TENSORS_PARAMS)] == _TENSORS_PARAMS
-            and getattr(original, "__defaults__", None) == _TENSORS_DEFAULTS):
+    if takes_exactly(original, len(_TENSORS_PARAMS), names=_TENSORS_PARAMS,
+                     defaults=_TENSORS_DEFAULTS):
         def from_lora_tensors(cls: Any, lora_model_id: Any, tensors: Any, peft_helper: Any,
                               device: Any = "cuda", dtype: Any = None,
                               model_vocab_size: Any = None, weights_mapper: Any = None,
@@ -506,7 +496,7 @@ def _note_config(helper: Any, config: Any) -> None:
 def _from_dict_fast(original: Callable[..., Any],
                     guarded: Callable[..., Any]) -> Callable[..., Any]:
     """``from_dict`` checks nothing: it notes the config, in one call."""
-    if not _exactly(original, 2):
+    if not takes_exactly(original, 2):
         return guarded
 
     def from_dict(cls: Any, config_dict: Any) -> Any:
@@ -596,7 +586,7 @@ def _activate_fast(original: Callable[..., Any],
     nothing new to check, the original is called at once (no comparison, no copy). Where
     vLLM's method takes ``(self, lora_id)`` alone (every supported release), so does this
     function: Python's cheapest call, both into it and on to vLLM's."""
-    if _exactly(original, 2):
+    if takes_exactly(original, 2):
         def activate_adapter(self: Any, lora_id: Any) -> Any:
             try:
                 if lora_id in self.lora_index_to_id.verified:
