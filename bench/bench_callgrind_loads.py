@@ -174,32 +174,17 @@ def _vllm_row(row: str, tmp: Path) -> tuple[Callable[[], Any], Callable[[], Any]
     from lora_guard._checking.rules.context import _GUARDED
     from lora_guard.integrations import vllm as vllm_guard
 
-    env = h.vllm_env()
     worker = h.vllm_server(h.vllm_base_dir(tmp), max_lora_rank=16, max_loras=4, max_cpu_loras=8)
     rank = 16 if row == "vllm-r16" else 8
     path = str(h.peft_adapter(tmp / f"v-r{rank}", r=rank, seed=rank))
     time.sleep(2.1)  # an adapter deployed earlier: lora_guard keeps no stamp of a folder
-    manager, lora_config = worker._adapter_manager, worker.lora_config
-    expected: set[str] = set()
-    for module in manager.supported_lora_modules:
-        expected.update(manager.packed_modules_mapping.get(module, [module]))
-    model = manager.model
-    mapper = getattr(model, "hf_to_vllm_mapper", None)
-    mapper = mapper.get_rename_mapper() if mapper is not None else None
     if row == "vllm-add":
         request = h.vllm_request("extra", 50, path)
         return (lambda: worker.add_adapter(request)), (lambda: worker.remove_adapter(50)), \
             vllm_guard
 
-    def load() -> Any:  # as the worker calls it (bench_engine_paths.py's row)
-        helper = env.peft_helper.PEFTHelper.from_local_dir(path, worker.max_position_embeddings)
-        helper.validate_legal(lora_config)
-        return env.lora_model.LoRAModel.from_local_checkpoint(
-            path, expected, peft_helper=helper, lora_model_id=99, device="cpu",
-            dtype=lora_config.lora_dtype, model_vocab_size=worker.vocab_size,
-            weights_mapper=mapper, skip_prefixes=getattr(model, "lora_skip_prefixes", None),
-            moe_ep_spec=manager.moe_ep_load_spec,
-            unsupported_lora_modules=manager.unsupported_lora_modules)
+    load = h.vllm_checkpoint_load(worker, path)
+
     def forget() -> None:  # a first load: its verdict and its module pass not remembered
         vllm_guard._CLEAN.clear()
         _GUARDED.clear()

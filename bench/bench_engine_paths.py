@@ -169,31 +169,8 @@ def vllm_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
         flip[0] ^= 1
         worker.set_active_adapters(requests, mappings[flip[0]])
 
-    manager = worker._adapter_manager
-    expected = worker._adapter_manager.supported_lora_modules
-    expected_modules = set()
-    packed = manager.packed_modules_mapping
-    for module in expected:
-        expected_modules.update(packed.get(module, [module]))
-    lora_config = worker.lora_config
-    model = manager.model
-    mapper = getattr(model, "hf_to_vllm_mapper", None)
-    mapper = mapper.get_rename_mapper() if mapper is not None else None
-
     def from_checkpoint(rank: int) -> Callable[[], Any]:
-        path = str(paths[rank])
-
-        def load() -> Any:
-            helper = env.peft_helper.PEFTHelper.from_local_dir(
-                path, worker.max_position_embeddings)
-            helper.validate_legal(lora_config)
-            return env.lora_model.LoRAModel.from_local_checkpoint(  # as the worker calls it
-                path, expected_modules, peft_helper=helper, lora_model_id=99, device="cpu",
-                dtype=lora_config.lora_dtype, model_vocab_size=worker.vocab_size,
-                weights_mapper=mapper, skip_prefixes=getattr(model, "lora_skip_prefixes", None),
-                moe_ep_spec=manager.moe_ep_load_spec,
-                unsupported_lora_modules=manager.unsupported_lora_modules)
-        return load
+        return h.vllm_checkpoint_load(worker, paths[rank])
 
     extra = h.vllm_request("extra", 50, paths[16])
     worker.set_active_adapters(requests, mappings[0])

@@ -50,27 +50,11 @@ ARMS = ("plain", "guarded", "no-check", "no-key", "no-folder", "no-limits", "loo
 def _load_call(tmp: Path) -> Callable[[], Any]:
     import _harness as h
 
-    env = h.vllm_env()
     worker = h.vllm_server(h.vllm_base_dir(tmp), max_lora_rank=16, max_loras=4,
                            max_cpu_loras=8)
     path = str(h.peft_adapter(tmp / "v-r8", r=8, seed=8))
     time.sleep(2.1)  # an adapter deployed earlier: its folder's stamp is kept
-    manager, lora_config = worker._adapter_manager, worker.lora_config
-    expected: set[str] = set()
-    for module in manager.supported_lora_modules:
-        expected.update(manager.packed_modules_mapping.get(module, [module]))
-    model = manager.model
-
-    def load() -> Any:  # as the worker calls it (bench_engine_paths.py's row)
-        helper = env.peft_helper.PEFTHelper.from_local_dir(path, worker.max_position_embeddings)
-        helper.validate_legal(lora_config)
-        return env.lora_model.LoRAModel.from_local_checkpoint(
-            path, expected, peft_helper=helper, lora_model_id=99, device="cpu",
-            dtype=lora_config.lora_dtype, model_vocab_size=worker.vocab_size,
-            weights_mapper=None, skip_prefixes=getattr(model, "lora_skip_prefixes", None),
-            moe_ep_spec=manager.moe_ep_load_spec,
-            unsupported_lora_modules=manager.unsupported_lora_modules)
-    return load
+    return h.vllm_checkpoint_load(worker, path)
 
 
 def _switcher(load: Callable[[], Any]) -> Callable[[str], None]:

@@ -322,6 +322,32 @@ def _needs_compiled_cpu_ops(version: str) -> None:
                 "activation.py); the PyPI wheel is the CUDA build")
 
 
+def vllm_checkpoint_load(worker: Any, path: Path | str) -> Any:
+    """A call that loads the adapter at ``path`` as ``worker`` loads one (its ``PEFTHelper``
+    read and validated, then ``LoRAModel.from_local_checkpoint`` with the worker's modules,
+    weights mapper and limits), for the benchmarks' load rows."""
+    env = vllm_env()
+    manager, lora_config, model = worker._adapter_manager, worker.lora_config, \
+        worker._adapter_manager.model
+    expected: set[str] = set()
+    for module in manager.supported_lora_modules:
+        expected.update(manager.packed_modules_mapping.get(module, [module]))
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    mapper = mapper.get_rename_mapper() if mapper is not None else None
+    path = str(path)
+
+    def load() -> Any:
+        helper = env.peft_helper.PEFTHelper.from_local_dir(path, worker.max_position_embeddings)
+        helper.validate_legal(lora_config)
+        return env.lora_model.LoRAModel.from_local_checkpoint(
+            path, expected, peft_helper=helper, lora_model_id=99, device="cpu",
+            dtype=lora_config.lora_dtype, model_vocab_size=worker.vocab_size,
+            weights_mapper=mapper, skip_prefixes=getattr(model, "lora_skip_prefixes", None),
+            moe_ep_spec=manager.moe_ep_load_spec,
+            unsupported_lora_modules=manager.unsupported_lora_modules)
+    return load
+
+
 def vllm_request(name: str, lora_id: int, path: Path | str) -> Any:
     """The ``LoRARequest`` a vLLM client sends (``--lora-modules name=path``)."""
     return vllm_env().LoRARequest(name, lora_id, str(path))
