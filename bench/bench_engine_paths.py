@@ -1,6 +1,6 @@
 """What lora_guard's integrations cost on the engines' own paths, side by side in one process.
 
-    python bench/bench_engine_paths.py [--only vllm|sglang|peft|guards] [--match TEXT]
+    python bench/bench_engine_paths.py [--only vllm|vllm-field|sglang|peft|guards] [--match TEXT]
                                        [--rounds N] [--quick]
 
 Runs in the engine environment (real vLLM 0.34.0 and sglang 0.5.23 on a CPU, tiny Llama from
@@ -21,6 +21,11 @@ rounds is the verdict's, the ratio of the median rounds is beside it in brackets
 average is printed after each group (the machine may be shared). Rows whose engine path is
 short are timed in loops; loads are timed call by call, with the undo (unload, remove)
 outside the timing. ``--quick`` is a smoke run.
+
+The ``vllm-field`` group times vLLM's worker loading adapters of a field size (r16, on a base
+of Llama-3.2-1B's dimensions), first of their kind, of a recipe seen, and remembered
+(`vllm_field_rows`): the ``vllm`` group's toy adapters weigh a few kB, the worst case of a
+load's ratio.
 
 The ``guards`` row compares `lora_guard.shapes` with the same checks written by hand (the
 arms are the two callables). ``GuardedCache.get`` against ``dict.get`` is
@@ -197,6 +202,71 @@ def vllm_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
     ]
 
     CHECKER_WORK.append(("vLLM", paths[8], guard._server(worker).limits))
+    return rows, _switch(guard)
+
+
+FIELD_BASE = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                  num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                  tie_word_embeddings=True)
+"""A base of Llama-3.2-1B's dimensions (the ``vllm-field`` group; its weights never read)."""
+FIELD_TARGETS = {"all linear": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                "up_proj", "down_proj"),
+                 "q/v": ("q_proj", "v_proj")}
+
+
+def vllm_field_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
+    """The ``vllm`` group's load rows at a field size: a worker serving a base of
+    Llama-3.2-1B's dimensions (bfloat16, rank up to 16), adding r16 adapters written as PEFT
+    writes them (all linear modules: 112 modules, 22.6 MB; q/v: 32 modules, 3.4 MB; tensor
+    data zeros: the load's time does not depend on the values; ``lora_alpha`` = r, so vLLM
+    scales no weight, the cheapest load and the guard's largest share of it: at alpha 2r
+    the all-linear load scales 22.6 MB of bfloat16 and takes four times as long).
+
+    "first of its kind": every memory lora_guard keeps (verdicts, module passes, the
+    reader's caches) emptied before each call, so each instrumented load runs every check
+    from nothing, as on the first adapter of its base, rank and modules a server loads;
+    "recipe seen": only the verdicts forgotten (a new adapter of a recipe loaded before);
+    "remembered": an adapter loaded before. After each load, outside the timing, the
+    adapter is removed and the collector's youngest generation run (vLLM's loaded adapter
+    holds reference cycles: without it each load would fault in fresh memory, a cost a
+    server does not pay). The toy rows of the ``vllm`` group are the worst case of the
+    ratio (a few kB of tensors); these say what a load in the field pays."""
+    import _harness as h
+
+    from lora_guard._reading.bounded import forget_all
+    from lora_guard.integrations import vllm as guard
+    from lora_guard.testing import write_adapter
+
+    base = h.vllm_base_dir(tmp, h.llama_config(**FIELD_BASE))
+    worker = h.vllm_server(base, max_lora_rank=16, max_loras=4, max_cpu_loras=8,
+                           dtype="bfloat16")
+    dims = {k: FIELD_BASE[k] for k in ("hidden_size", "intermediate_size", "vocab_size")}
+    requests = {}
+    for i, (label, targets) in enumerate(FIELD_TARGETS.items()):
+        path = write_adapter(
+            tmp / f"field-{i}", rank=16, alpha=16, targets=targets, dtype="bfloat16",
+            layers=FIELD_BASE["num_hidden_layers"], num_heads=FIELD_BASE["num_attention_heads"],
+            num_kv_heads=FIELD_BASE["num_key_value_heads"], base_model="llama-1b-dims", **dims)
+        requests[label] = h.vllm_request(f"field-{i}", 60 + i, path)
+    time.sleep(2.1)  # adapters deployed earlier: lora_guard keeps their folders' stamps
+    forgets = {"first of its kind": forget_all, "recipe seen": guard._CLEAN.clear,
+               "remembered": lambda: None}
+
+    def add(label: str) -> Callable[[], Any]:
+        return lambda: worker.add_adapter(requests[label])
+
+    def undo(label: str, forget: Callable[[], Any]) -> Callable[[], Any]:
+        def remove() -> None:
+            worker.remove_adapter(requests[label].lora_int_id)
+            gc.collect(0)  # the load's cycles are young: a full collection takes 0.3 s here
+            forget()
+        return remove
+
+    rows = [Row(f"vLLM add_adapter, 1B base, r16 {label}, {when}", 1.10, add(label),
+                undo=undo(label, forgets[when]), number=10)
+            for label, when in (("all linear", "first of its kind"),
+                                ("q/v", "first of its kind"), ("q/v", "recipe seen"),
+                                ("all linear", "remembered"))]
     return rows, _switch(guard)
 
 
@@ -416,7 +486,7 @@ def report_checker_work() -> None:
 
 # --- driver ------------------------------------------------------------------------------------
 
-GROUPS = ("guards", "peft", "sglang", "vllm")
+GROUPS = ("guards", "peft", "sglang", "vllm", "vllm-field")
 
 
 def run_group(group: str, rounds: int, scale: float, match: str | None = None) -> None:
@@ -428,7 +498,8 @@ def run_group(group: str, rounds: int, scale: float, match: str | None = None) -
             report_rows("guards beside the same work by hand", rows,
                         labels=("by hand", "lora_guard"))
             return
-        build = {"vllm": vllm_rows, "sglang": sglang_rows, "peft": peft_rows}[group]
+        build = {"vllm": vllm_rows, "vllm-field": vllm_field_rows, "sglang": sglang_rows,
+                 "peft": peft_rows}[group]
         rows, switch = build(tmp)
         if match is not None:  # a row alone, for more rounds (a short path's clock)
             rows = [row for row in rows if match in row.name]

@@ -1,6 +1,6 @@
 """Where lora_guard's instructions go on a vLLM load of an adapter it has not seen, part by part.
 
-    python bench/bench_vllm_first_load.py [--calls N]
+    python bench/bench_vllm_first_load.py [--calls N] [--field "all linear"|q/v]
 
 Runs in the engine environment under valgrind's callgrind, as ``bench_callgrind_loads.py``
 (whose ``vllm-r8-first`` row gives the whole load's ratio): one real r8 load through vLLM's
@@ -13,6 +13,10 @@ forgotten), and in it the
 integration's parts (the limits, the verdict key, the look-up that misses, the tensors'
 infos, the file rules, vLLM's packed-name rule, the report, the verdict remembered) and the
 reader's and checker's (the config's fields, the spec, ``added_tokens.json``, the checks).
+The first part, "first of its kind", forgets every memory lora_guard keeps (the reader's
+too), as on the first adapter of its base, rank and modules a server loads. ``--field``
+loads instead an r16 adapter of a base of Llama-3.2-1B's dimensions (``bench_engine_paths.py
+--only vllm-field``'s: all linear modules, 112, or q/v, 32) on a worker serving that base.
 Printed: instructions per call of each part, and which side it is on.
 """
 
@@ -33,7 +37,26 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_callgrind_loads import callgrind_counts  # noqa: E402  (one harness)
 
 
-def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], Any] | None]]:
+def _field(tmp: Path, label: str) -> tuple[Any, Path]:
+    """A worker serving a base of Llama-3.2-1B's dimensions, and its field adapter ``label``
+    (`bench_engine_paths.vllm_field_rows`'s)."""
+    import _harness as h
+    from bench_engine_paths import FIELD_BASE, FIELD_TARGETS
+
+    from lora_guard.testing import write_adapter
+
+    worker = h.vllm_server(h.vllm_base_dir(tmp, h.llama_config(**FIELD_BASE)),
+                           max_lora_rank=16, max_loras=4, max_cpu_loras=8, dtype="bfloat16")
+    path = write_adapter(
+        tmp / "field", rank=16, alpha=16, targets=FIELD_TARGETS[label], dtype="bfloat16",
+        layers=FIELD_BASE["num_hidden_layers"], num_heads=FIELD_BASE["num_attention_heads"],
+        num_kv_heads=FIELD_BASE["num_key_value_heads"], base_model="llama-1b-dims",
+        **{k: FIELD_BASE[k] for k in ("hidden_size", "intermediate_size", "vocab_size")})
+    return worker, path
+
+
+def _parts(tmp: Path, field: str | None = None,
+           ) -> list[tuple[str, str, Callable[[], Any], Callable[[], Any] | None]]:
     """(name, side, the part, its set-up outside the count) of a first vLLM load's check."""
     sys.path.insert(0, str(ROOT / "tests" / "engines"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -48,12 +71,17 @@ def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], An
         build_spec,
         checked_config,
     )
+    from lora_guard._reading.bounded import forget_all
     from lora_guard.integrations import _base
     from lora_guard.integrations import vllm as g
 
     env = h.vllm_env()
-    worker = h.vllm_server(h.vllm_base_dir(tmp), max_lora_rank=16, max_loras=4, max_cpu_loras=8)
-    path = h.peft_adapter(tmp / "v-r8", r=8, seed=8)
+    if field is None:
+        worker = h.vllm_server(h.vllm_base_dir(tmp), max_lora_rank=16, max_loras=4,
+                               max_cpu_loras=8)
+        path = h.peft_adapter(tmp / "v-r8", r=8, seed=8)
+    else:
+        worker, path = _field(tmp, field)
     seen: dict[str, Any] = {}
     check = g._check_loaded
 
@@ -91,6 +119,7 @@ def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], An
         _GUARDED.clear()
 
     return [
+        ("whole check (first of its kind)", "all", first, forget_all),
         ("whole check (first load)", "all", first, forget),
         ("whole check (parts seen)", "all", first, g._CLEAN.clear),
         ("_limits_for", "integration", lambda: g._limits_for(
@@ -123,10 +152,10 @@ def _parts(tmp: Path) -> list[tuple[str, str, Callable[[], Any], Callable[[], An
     ]
 
 
-def measure(calls: int, client: str) -> None:
+def measure(calls: int, client: str, field: str | None) -> None:
     cg = ctypes.CDLL(client)
     with tempfile.TemporaryDirectory(prefix="lora-guard-callgrind-") as folder:
-        parts = _parts(Path(folder))
+        parts = _parts(Path(folder), field)
         cg.cg_start()
         for index, (_name, _side, part, setup) in enumerate(parts):
             for counted in (3, calls):
@@ -143,18 +172,21 @@ def measure(calls: int, client: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=50, help="calls per part (default 50)")
+    parser.add_argument("--field", choices=("all linear", "q/v"),
+                        help="a field-size adapter on a 1B-dims base instead of the toy r8")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # set when run under valgrind
     args = parser.parse_args()
     if args.client:
-        measure(args.calls, args.client)
+        measure(args.calls, args.client, args.field)
         return 0
-    found = callgrind_counts(__file__, [], args.calls)
+    found = callgrind_counts(__file__, ["--field", args.field] if args.field else [],
+                             args.calls)
     if isinstance(found, int):
         return found
     counts = {int(name.removeprefix("part")): count for name, count in found}
     names = _names()
     print(f"## vLLM first load, lora_guard's check by part: instructions per call "
-          f"({args.calls} calls a part, callgrind)")
+          f"({args.calls} calls a part, callgrind; adapter: {args.field or 'toy r8 q/v'})")
     for index, (name, side) in enumerate(names):
         print(f"{name:<34} {side:<20} {counts.get(index, float('nan')):12,.0f}")
     return 0

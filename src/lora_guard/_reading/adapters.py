@@ -13,7 +13,7 @@ import os
 import pathlib
 import stat
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -369,10 +369,10 @@ def _new_recipe(config: FrozenConfig, key: tuple[bytes, bytes, int]) -> Recipe:
 def recipe_of(config: Mapping[str, Any], tensors: Mapping[str, TensorInfo],
               metadata: dict[str, str], key: tuple[bytes, bytes, int] | tuple[()],
               weights_file: str | None = WEIGHTS_NAME, *,
-              entries_key: bytes | None = None) -> Recipe:
+              entries_key: Hashable | None = None) -> Recipe:
     """The `Recipe` of a parsed config and header (``tensors`` becomes the recipe's, never
     changed: a caller passes a map of its own, or the reader's `Entries`, whose ``key`` is
-    ``entries_key``)."""
+    ``entries_key``; `parts_of` says what else may stand for a map)."""
     frozen = config if type(config) is FrozenConfig else FrozenConfig(config)
     parts = parts_of(tensors, frozen, entries_key)
     return _built_recipe(key, frozen, parts, _read_only(metadata),
@@ -424,11 +424,13 @@ def build_spec(
     folder: pathlib.Path, config: Mapping[str, Any], tensors: dict[str, TensorInfo],
     metadata: dict[str, str], size: int, *, added_tokens: Mapping[str, int] | None = None,
     url: str | None = None, transferred: int | None = None,
-    weights_file: str | None = WEIGHTS_NAME,
+    weights_file: str | None = WEIGHTS_NAME, entries_key: Hashable | None = None,
 ) -> AdapterSpec:
     """The `AdapterSpec` of a read config and header (local or remote: ``url=``,
-    ``transferred=``), with the folder's ``added_tokens.json`` map when it ships one."""
-    recipe = recipe_of(config, dict(tensors), metadata, (), weights_file)
+    ``transferred=``), with the folder's ``added_tokens.json`` map when it ships one;
+    ``entries_key``: a value only maps equal to ``tensors`` share (`parts_of`)."""
+    recipe = recipe_of(config, dict(tensors), metadata, (), weights_file,
+                       entries_key=entries_key)
     return member_spec(folder, recipe, size, added_tokens=added_tokens, url=url,
                        transferred=transferred)
 

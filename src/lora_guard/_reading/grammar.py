@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -352,10 +352,13 @@ PARTS_FIELDS = ("r", "rank_pattern", "alpha_pattern", "target_parameters", "modu
 
 
 def parts_of(tensors: Mapping[str, TensorInfo], config: FrozenConfig,
-             entries_key: bytes | None = None) -> Parts:
+             entries_key: Hashable | None = None) -> Parts:
     """What a header's tensors say, read by LoRA's key grammar with the config's
     `PARTS_FIELDS` (``tensors`` is kept, read-only: a caller passes a map of its own, or the
-    reader's validated `Entries` with their key, ``entries_key``).
+    reader's validated `Entries`). ``entries_key``, when given, stands for ``tensors``: a
+    value that only equal maps share (the reader's: the header's bytes; an integration's:
+    each loaded tensor's name, shape and dtype, in order), so that the map is not walked to
+    make one.
 
     Made once per distinct tensor entries and fields (`_PARTS`): adapters that differ only
     in what the grammar does not read (a config's ``revision``, a header's

@@ -88,7 +88,8 @@ def _role_of(key: str) -> str | None:
 def classify_moe_weights(weights: Mapping[str, Any]) -> list[tuple[str, MoELayout]]:
     """Each MoE LoRA weight that decides a layout, with the layout it shows, in key order."""
     found: list[tuple[str, MoELayout]] = []
-    for key in sorted(weights):
+    # only a name under "experts" has a role (`_role_of`): a dense adapter's are not looked up
+    for key in sorted([key for key in weights if "experts" in key]):
         role = _moe_role(key)
         if role is None:
             continue

@@ -608,12 +608,14 @@ def loaded_adapter(
     """
     try:
         checked = FrozenConfig(checked_config(dict(config)))
-        infos = _tensor_infos(tensors, key[1] if key is not None else tuple(
-            [(name, t.shape, t.dtype) for name, t in tensors.items()]))
+        layout = key[1] if key is not None else tuple(
+            [(name, t.shape, t.dtype) for name, t in tensors.items()])
+        infos = _tensor_infos(tensors, layout)
         path = pathlib.Path(folder)
         _files_stay_inside(folder)
+        # the layout stands for the infos (each is made from its shape and dtype alone)
         spec = build_spec(path, checked, infos, {}, sum(i.nbytes for i in infos.values()),
-                          added_tokens=_read_added_tokens(path))
+                          added_tokens=_read_added_tokens(path), entries_key=layout)
     except Malformed as exc:
         return None, [malformed_violation(subject, exc)]
     return spec, []
