@@ -267,6 +267,46 @@ def vllm_field_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
             for label, when in (("all linear", "first of its kind"),
                                 ("q/v", "first of its kind"), ("q/v", "recipe seen"),
                                 ("all linear", "remembered"))]
+
+    def checks_in_load(scale: float) -> None:
+        """The check's own time inside each real load (no A/B arms: a timer around
+        ``_check_loaded`` as vLLM calls it), beside the load's: what the arms above measure
+        with their noise, read directly."""
+        real, spent = guard._check_loaded, []
+
+        def timed(load: Any, config: Any, tensors: Any) -> None:
+            start = time.perf_counter()
+            try:
+                real(load, config, tensors)
+            finally:
+                spent.append(time.perf_counter() - start)
+
+        guard.instrument()
+        guard._check_loaded = timed
+        print("\n## the check's own time inside a guarded load (median of "
+              f"{max(5, int(50 * scale))} loads after 10; the load's median beside it)")
+        try:
+            for label in FIELD_TARGETS:
+                for when, forget in forgets.items():
+                    spent.clear()
+                    loads = []
+                    for _ in range(10 + max(5, int(50 * scale))):
+                        gc.disable()
+                        start = time.perf_counter()
+                        add(label)()
+                        loads.append(time.perf_counter() - start)
+                        gc.enable()
+                        undo(label, forget)()
+                    check, load = (statistics.median(spent[10:]),
+                                   statistics.median(loads[10:]))
+                    print(f"r16 {label:<11} {when:<18} check {_fmt(check):>10} in a load of "
+                          f"{_fmt(load):>10}: {check / (load - check):.3f} of the rest",
+                          flush=True)
+        finally:
+            guard._check_loaded = real
+            guard.uninstrument()
+
+    AFTER_GROUP.append(checks_in_load)
     return rows, _switch(guard)
 
 
@@ -461,6 +501,8 @@ def guard_rows() -> list[Row]:
 
 
 CHECKER_WORK: list[tuple[str, Path, Any]] = []
+AFTER_GROUP: list[Callable[[float], None]] = []
+"""Reports a group adds, run after its rows (given the run's scale)."""
 """(engine, an r8 adapter, the server's limits): the checker's work on one adapter, read from
 its folder and checked, as a load guard that reads the folder does it (sglang's; a vLLM load
 and a PEFT hot-swap check what the engine read instead of reading the folder)."""
@@ -507,6 +549,8 @@ def run_group(group: str, rounds: int, scale: float, match: str | None = None) -
         report_rows(group, rows)
         if match is None:
             report_checker_work()
+            for report in AFTER_GROUP:
+                report(scale)
 
 
 def main() -> int:

@@ -137,8 +137,8 @@ def _parts(tmp: Path, field: str | None = None,
         ("  _tensor_infos", "integration", lambda: _base._tensor_infos(tensors, key[1]), None),
         ("  _files_stay_inside", "integration",
          lambda: _base._files_stay_inside(load.lora_dir), None),
-        ("  build_spec", "reader", lambda: build_spec(folder, checked, infos, {}, nbytes,
-                                                      added_tokens=None), None),
+        ("  build_spec", "reader", lambda: build_spec(
+            folder, checked, infos, {}, nbytes, added_tokens=None, entries_key=key[1]), None),
         ("  _read_added_tokens", "reader", lambda: _read_added_tokens(folder), None),
         ("spec_violations", "checker", lambda: spec_violations(
             spec, limits, subject=subject, vocab_size=load.vocab), _GUARDED.clear),
