@@ -1,6 +1,6 @@
 """What lora_guard's integrations cost on the engines' own paths, side by side in one process.
 
-    python bench/bench_engine_paths.py [--only vllm|vllm-field|sglang|peft|guards] [--match TEXT]
+    python bench/bench_engine_paths.py [--only GROUP] [--match TEXT]
                                        [--rounds N] [--quick]
 
 Runs in the engine environment (real vLLM 0.34.0 and sglang 0.5.23 on a CPU, tiny Llama from
@@ -22,9 +22,10 @@ average is printed after each group (the machine may be shared). Rows whose engi
 short are timed in loops; loads are timed call by call, with the undo (unload, remove)
 outside the timing. ``--quick`` is a smoke run.
 
-The ``vllm-field`` group times vLLM's worker loading adapters of a field size (r16, on a base
-of Llama-3.2-1B's dimensions), first of their kind, of a recipe seen, and remembered
-(`vllm_field_rows`): the ``vllm`` group's toy adapters weigh a few kB, the worst case of a
+Groups: guards, peft, sglang, vllm, vllm-field, sglang-field. The ``*-field`` groups time
+the engine loading adapters of a field size (r16, on a base of Llama-3.2-1B's dimensions),
+first of their kind, of a recipe seen, and remembered, then the check's own time inside the
+loads (`_field_rows`): the other groups' toy adapters weigh a few kB, the worst case of a
 load's ratio.
 
 The ``guards`` row compares `lora_guard.shapes` with the same checks written by hand (the
@@ -214,100 +215,142 @@ FIELD_TARGETS = {"all linear": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_pr
                  "q/v": ("q_proj", "v_proj")}
 
 
-def vllm_field_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
-    """The ``vllm`` group's load rows at a field size: a worker serving a base of
-    Llama-3.2-1B's dimensions (bfloat16, rank up to 16), adding r16 adapters written as PEFT
-    writes them (all linear modules: 112 modules, 22.6 MB; q/v: 32 modules, 3.4 MB; tensor
-    data zeros: the load's time does not depend on the values; ``lora_alpha`` = r, so vLLM
-    scales no weight, the cheapest load and the guard's largest share of it: at alpha 2r
-    the all-linear load scales 22.6 MB of bfloat16 and takes four times as long).
+def _field_adapters(tmp: Path) -> dict[str, Path]:
+    """The field adapters (`FIELD_TARGETS`), r16 on `FIELD_BASE`, written as PEFT writes
+    them (tensor data zeros: a load's time does not depend on the values; ``lora_alpha`` = r,
+    so that vLLM scales no weight: the cheapest load, the guard's largest share of it)."""
+    from lora_guard.testing import write_adapter
+
+    dims = {k: FIELD_BASE[k] for k in ("hidden_size", "intermediate_size", "vocab_size")}
+    paths = {label: write_adapter(
+        tmp / f"field-{i}", rank=16, alpha=16, targets=targets, dtype="bfloat16",
+        layers=FIELD_BASE["num_hidden_layers"], num_heads=FIELD_BASE["num_attention_heads"],
+        num_kv_heads=FIELD_BASE["num_key_value_heads"], base_model="llama-1b-dims", **dims)
+        for i, (label, targets) in enumerate(FIELD_TARGETS.items())}
+    time.sleep(2.1)  # adapters deployed earlier: lora_guard keeps their folders' stamps
+    return paths
+
+
+def _field_rows(engine: str, guard: Any, check: str,
+                load: Callable[[str], Callable[[], Any]],
+                unload: Callable[[str], Callable[[], Any]],
+                ) -> tuple[list[Row], Callable[[str], None]]:
+    """The load rows of a ``*-field`` group, and its report of the check inside the loads.
 
     "first of its kind": every memory lora_guard keeps (verdicts, module passes, the
-    reader's caches) emptied before each call, so each instrumented load runs every check
+    reader's caches) emptied before each load, so each instrumented load runs every check
     from nothing, as on the first adapter of its base, rank and modules a server loads;
     "recipe seen": only the verdicts forgotten (a new adapter of a recipe loaded before);
     "remembered": an adapter loaded before. After each load, outside the timing, the
-    adapter is removed and the collector's youngest generation run (vLLM's loaded adapter
-    holds reference cycles: without it each load would fault in fresh memory, a cost a
-    server does not pay). The toy rows of the ``vllm`` group are the worst case of the
-    ratio (a few kB of tensors); these say what a load in the field pays."""
-    import _harness as h
-
+    adapter is unloaded and the collector's youngest generation run (a loaded adapter holds
+    reference cycles: without it each load would fault in fresh memory, a cost a server
+    does not pay). ``check``: the integration's function that checks what the engine read,
+    timed inside the loads (`AFTER_GROUP`)."""
     from lora_guard._reading.bounded import forget_all
-    from lora_guard.integrations import vllm as guard
-    from lora_guard.testing import write_adapter
 
-    base = h.vllm_base_dir(tmp, h.llama_config(**FIELD_BASE))
-    worker = h.vllm_server(base, max_lora_rank=16, max_loras=4, max_cpu_loras=8,
-                           dtype="bfloat16")
-    dims = {k: FIELD_BASE[k] for k in ("hidden_size", "intermediate_size", "vocab_size")}
-    requests = {}
-    for i, (label, targets) in enumerate(FIELD_TARGETS.items()):
-        path = write_adapter(
-            tmp / f"field-{i}", rank=16, alpha=16, targets=targets, dtype="bfloat16",
-            layers=FIELD_BASE["num_hidden_layers"], num_heads=FIELD_BASE["num_attention_heads"],
-            num_kv_heads=FIELD_BASE["num_key_value_heads"], base_model="llama-1b-dims", **dims)
-        requests[label] = h.vllm_request(f"field-{i}", 60 + i, path)
-    time.sleep(2.1)  # adapters deployed earlier: lora_guard keeps their folders' stamps
     forgets = {"first of its kind": forget_all, "recipe seen": guard._CLEAN.clear,
                "remembered": lambda: None}
 
-    def add(label: str) -> Callable[[], Any]:
-        return lambda: worker.add_adapter(requests[label])
-
     def undo(label: str, forget: Callable[[], Any]) -> Callable[[], Any]:
         def remove() -> None:
-            worker.remove_adapter(requests[label].lora_int_id)
+            unload(label)()
             gc.collect(0)  # the load's cycles are young: a full collection takes 0.3 s here
             forget()
         return remove
 
-    rows = [Row(f"vLLM add_adapter, 1B base, r16 {label}, {when}", 1.10, add(label),
+    rows = [Row(f"{engine}, 1B base, r16 {label}, {when}", 1.10, load(label),
                 undo=undo(label, forgets[when]), number=10)
             for label, when in (("all linear", "first of its kind"),
                                 ("q/v", "first of its kind"), ("q/v", "recipe seen"),
                                 ("all linear", "remembered"))]
 
     def checks_in_load(scale: float) -> None:
-        """The check's own time inside each real load (no A/B arms: a timer around
-        ``_check_loaded`` as vLLM calls it), beside the load's: what the arms above measure
-        with their noise, read directly."""
-        real, spent = guard._check_loaded, []
+        """The check's own time inside each real load (no A/B arms: a timer around the
+        integration's check as the engine's load calls it), beside the load's: what the
+        arms above measure with their noise, read directly."""
+        real, spent = getattr(guard, check), []
 
-        def timed(load: Any, config: Any, tensors: Any) -> None:
+        def timed(*args: Any) -> None:
             start = time.perf_counter()
             try:
-                real(load, config, tensors)
+                real(*args)
             finally:
                 spent.append(time.perf_counter() - start)
 
+        calls = max(5, int(50 * scale))
         guard.instrument()
-        guard._check_loaded = timed
-        print("\n## the check's own time inside a guarded load (median of "
-              f"{max(5, int(50 * scale))} loads after 10; the load's median beside it)")
+        setattr(guard, check, timed)
+        print(f"\n## {engine}: the check's own time ({check}) inside a guarded load (median "
+              f"of {calls} loads after 10; the load's median beside it)")
         try:
             for label in FIELD_TARGETS:
                 for when, forget in forgets.items():
                     spent.clear()
                     loads = []
-                    for _ in range(10 + max(5, int(50 * scale))):
+                    for _ in range(10 + calls):
                         gc.disable()
                         start = time.perf_counter()
-                        add(label)()
+                        load(label)()
                         loads.append(time.perf_counter() - start)
                         gc.enable()
                         undo(label, forget)()
-                    check, load = (statistics.median(spent[10:]),
-                                   statistics.median(loads[10:]))
-                    print(f"r16 {label:<11} {when:<18} check {_fmt(check):>10} in a load of "
-                          f"{_fmt(load):>10}: {check / (load - check):.3f} of the rest",
+                    took = statistics.median(spent[10:])
+                    whole = statistics.median(loads[10:])
+                    print(f"r16 {label:<11} {when:<18} check {_fmt(took):>10} in a load of "
+                          f"{_fmt(whole):>10}: {took / (whole - took):.3f} of the rest",
                           flush=True)
         finally:
-            guard._check_loaded = real
+            setattr(guard, check, real)
             guard.uninstrument()
 
     AFTER_GROUP.append(checks_in_load)
     return rows, _switch(guard)
+
+
+def vllm_field_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
+    """The ``vllm`` group's load rows at a field size (`_field_rows`): a worker serving a
+    base of Llama-3.2-1B's dimensions (bfloat16, rank up to 16) adding the field adapters
+    (`_field_adapters`: all linear modules, 112 modules, 22.6 MB; q/v, 32 modules, 3.4 MB;
+    at alpha 2r vLLM would scale the all-linear adapter's 22.6 MB of bfloat16, a load four
+    times as long). The toy rows of the ``vllm`` group are the worst case of the ratio (a
+    few kB of tensors); these say what a load in the field pays."""
+    import _harness as h
+
+    from lora_guard.integrations import vllm as guard
+
+    worker = h.vllm_server(h.vllm_base_dir(tmp, h.llama_config(**FIELD_BASE)),
+                           max_lora_rank=16, max_loras=4, max_cpu_loras=8, dtype="bfloat16")
+    requests = {label: h.vllm_request(f"field-{i}", 60 + i, path)
+                for i, (label, path) in enumerate(_field_adapters(tmp).items())}
+    return _field_rows(
+        "vLLM add_adapter", guard, "_check_loaded",
+        lambda label: lambda: worker.add_adapter(requests[label]),
+        lambda label: lambda: worker.remove_adapter(requests[label].lora_int_id))
+
+
+def sglang_field_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
+    """The ``sglang`` group's load rows at a field size (`_field_rows`): a ``LoRAManager``
+    serving a base of Llama-3.2-1B's dimensions (bfloat16, every linear module a target,
+    rank up to 16) loading the field adapters (`_field_adapters`)."""
+    import _harness as h
+    import torch
+
+    from lora_guard.integrations import sglang as guard
+
+    manager = h.sglang_server(base=h.llama_config(**FIELD_BASE), dtype=torch.bfloat16,
+                              target_modules=set(FIELD_TARGETS["all linear"]),
+                              max_lora_rank=16, max_loras_per_batch=4)
+    refs = {label: h.sglang_ref(f"field-{i}", path)
+            for i, (label, path) in enumerate(_field_adapters(tmp).items())}
+
+    def load(label: str) -> Callable[[], Any]:
+        def call() -> None:
+            assert manager.load_lora_adapter(refs[label]).success
+        return call
+
+    return _field_rows(
+        "sglang load_lora_adapter", guard, "_check_read", load,
+        lambda label: lambda: manager.unload_lora_adapter(refs[label]))
 
 
 def _vllm_mapping(env: Any, ids: tuple[int, ...]) -> Any:
@@ -528,7 +571,7 @@ def report_checker_work() -> None:
 
 # --- driver ------------------------------------------------------------------------------------
 
-GROUPS = ("guards", "peft", "sglang", "vllm", "vllm-field")
+GROUPS = ("guards", "peft", "sglang", "vllm", "vllm-field", "sglang-field")
 
 
 def run_group(group: str, rounds: int, scale: float, match: str | None = None) -> None:
@@ -541,7 +584,7 @@ def run_group(group: str, rounds: int, scale: float, match: str | None = None) -
                         labels=("by hand", "lora_guard"))
             return
         build = {"vllm": vllm_rows, "vllm-field": vllm_field_rows, "sglang": sglang_rows,
-                 "peft": peft_rows}[group]
+                 "sglang-field": sglang_field_rows, "peft": peft_rows}[group]
         rows, switch = build(tmp)
         if match is not None:  # a row alone, for more rounds (a short path's clock)
             rows = [row for row in rows if match in row.name]

@@ -41,18 +41,11 @@ def _field(tmp: Path, label: str) -> tuple[Any, Path]:
     """A worker serving a base of Llama-3.2-1B's dimensions, and its field adapter ``label``
     (`bench_engine_paths.vllm_field_rows`'s)."""
     import _harness as h
-    from bench_engine_paths import FIELD_BASE, FIELD_TARGETS
-
-    from lora_guard.testing import write_adapter
+    from bench_engine_paths import FIELD_BASE, _field_adapters
 
     worker = h.vllm_server(h.vllm_base_dir(tmp, h.llama_config(**FIELD_BASE)),
                            max_lora_rank=16, max_loras=4, max_cpu_loras=8, dtype="bfloat16")
-    path = write_adapter(
-        tmp / "field", rank=16, alpha=16, targets=FIELD_TARGETS[label], dtype="bfloat16",
-        layers=FIELD_BASE["num_hidden_layers"], num_heads=FIELD_BASE["num_attention_heads"],
-        num_kv_heads=FIELD_BASE["num_key_value_heads"], base_model="llama-1b-dims",
-        **{k: FIELD_BASE[k] for k in ("hidden_size", "intermediate_size", "vocab_size")})
-    return worker, path
+    return worker, _field_adapters(tmp)[label]
 
 
 def _parts(tmp: Path, field: str | None = None,
