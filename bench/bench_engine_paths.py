@@ -398,6 +398,7 @@ def sglang_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
 
     refs = {r: h.peft_adapter(tmp / f"load-r{r}", r=r, seed=r) for r in (8, 16)}
     CHECKER_WORK.append(("sglang", refs[8], guard._limits(manager)))
+    weight_row = _sglang_weight_row(manager, h.peft_adapter(tmp / "hook", r=8, seed=7))
 
     del torch
 
@@ -409,6 +410,7 @@ def sglang_rows(tmp: Path) -> tuple[list[Row], Callable[[str], None]]:
         pinned_hit,
         Row("sglang fetch_new_loras swapping one adapter in", 1.10, swap_one, number=200),
         *(_sglang_load_row(manager, rank, path) for rank, path in refs.items()),
+        weight_row,
     ]
 
     return rows, _switch(guard)
@@ -434,6 +436,20 @@ def _sglang_load_row(manager: Any, rank: int, path: Path) -> Row:
         manager.unload_lora_adapter(h.sglang_ref(f"load{rank}", path))
 
     return Row(f"sglang load_lora_adapter r{rank}", 1.10, load, undo=unload, number=40)
+
+
+def _sglang_weight_row(manager: Any, path: Path) -> Row:
+    """``LoRAAdapter._process_weight`` of one tensor, as a load calls it for each tensor it
+    read (on an adapter loaded for this row alone: the call writes the tensor into it)."""
+    import _harness as h
+    from safetensors.torch import load_file
+
+    assert manager.load_lora_adapter(h.sglang_ref("hook", path)).success
+    adapter = manager.loras[next(uid for uid, ref in manager.lora_refs.items()
+                                 if ref.lora_name == "hook")]
+    name, weight = next(iter(load_file(str(path / "adapter_model.safetensors")).items()))
+    return Row("sglang LoRAAdapter._process_weight, one tensor of a load", 1.10,
+               lambda: adapter._process_weight(name, weight), number=3000)
 
 
 def _sglang_pinned_row(manager: Any, name: str) -> Row:

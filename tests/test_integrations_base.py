@@ -454,6 +454,39 @@ def test_an_adapter_the_engine_read_is_checked_without_reading_it_again(tmp_path
     assert found == [] and spec is not None and spec.rank == 8
 
 
+def test_adapters_the_engine_read_share_what_the_grammar_read_only_when_every_tensor_matches(
+    tmp_path: Path,
+) -> None:
+    # A server loads a recipe's adapters in turn: tensors equal in name, shape and dtype share
+    # the modules read from them; one tensor of another rank or dtype is read anew.
+    import torch
+
+    from lora_guard.integrations._base import loaded_adapter
+
+    folder = write_adapter(tmp_path / "a", rank=8)
+    config, tensors = _as_read_by_an_engine(folder)
+    first, _ = loaded_adapter(folder, config, tensors, "adapter 'a'")
+    again, _ = loaded_adapter(folder, config, {k: t.clone() for k, t in tensors.items()},
+                              "adapter 'a'")
+    assert first is not None and again is not None
+    assert again.parts_key == first.parts_key and again.modules is first.modules
+
+    a_key = next(k for k in tensors if k.endswith("q_proj.lora_A.weight"))
+    b_key = a_key.replace("lora_A", "lora_B")
+    wider = dict(tensors)
+    wider[a_key] = torch.zeros(16, tensors[a_key].shape[1], dtype=torch.float16)
+    wider[b_key] = torch.zeros(tensors[b_key].shape[0], 16, dtype=torch.float16)
+    widened, _ = loaded_adapter(folder, config, wider, "adapter 'a'")
+    assert widened is not None and widened.parts_key != first.parts_key
+    module = a_key.removeprefix("base_model.model.").removesuffix(".lora_A.weight")
+    assert widened.modules[module].rank == 16 and first.modules[module].rank == 8
+
+    cast = {**tensors, a_key: tensors[a_key].float()}
+    recast, _ = loaded_adapter(folder, config, cast, "adapter 'a'")
+    assert recast is not None and recast.dtypes == ("float16", "float32")
+    assert first.dtypes == ("float16",)
+
+
 def test_a_weights_file_symlinked_out_of_the_folder_is_refused_though_the_engine_read_it(
     tmp_path: Path,
 ) -> None:
