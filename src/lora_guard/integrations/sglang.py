@@ -333,10 +333,15 @@ def _weight_read(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ..
                  kwargs: dict[str, Any]) -> Any:
     """``LoRAAdapter._process_weight``: each tensor sglang read, kept (as read) for the
     checks of the load under way."""
-    read = _READ.get()
-    if read is not None and not read.checked and getattr(instance, "uid", None) == read.uid:
-        read.tensors[_arg(args, kwargs, 0, "name")] = _arg(args, kwargs, 1, "loaded_weight")
+    _note_weight(instance, _arg(args, kwargs, 0, "name"), _arg(args, kwargs, 1, "loaded_weight"))
     return wrapped(*args, **kwargs)
+
+
+def _note_weight(adapter: Any, name: Any, weight: Any) -> None:
+    """Keep a tensor sglang read for the checks of the load under way (its adapter's)."""
+    read = _READ.get()
+    if read is not None and not read.checked and getattr(adapter, "uid", None) == read.uid:
+        read.tensors[name] = weight
 
 
 _WEIGHT_PARAMS = ("self", "name", "loaded_weight")
@@ -353,9 +358,7 @@ def _weight_read_fast(original: Callable[..., Any],
         return guarded
 
     def _process_weight(self: Any, name: Any, loaded_weight: Any) -> Any:
-        read = _READ.get()
-        if read is not None and not read.checked and getattr(self, "uid", None) == read.uid:
-            read.tensors[name] = loaded_weight
+        _note_weight(self, name, loaded_weight)
         return original(self, name, loaded_weight)
     return _process_weight
 
