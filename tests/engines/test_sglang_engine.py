@@ -288,12 +288,18 @@ def test_a_refused_load_leaves_the_pool_bitwise_unchanged_and_no_half_registered
 
 # --- batch preparation -------------------------------------------------------------------------
 
-def test_a_batch_with_more_adapters_than_slots_is_refused_before_sglangs_assert(
-        guard, tmp_path):
+def _three_adapters_two_slots(tmp_path):
+    """A server of two batch slots with three adapters loaded (a0, a1, a2)."""
     manager = h.sglang_server(max_loras_per_batch=2)
     for i in range(3):
         path = h.peft_adapter(tmp_path / f"a{i}", r=4, seed=i)
         assert manager.load_lora_adapter(h.sglang_ref(f"a{i}", path)).success
+    return manager
+
+
+def test_a_batch_with_more_adapters_than_slots_is_refused_before_sglangs_assert(
+        guard, tmp_path):
+    manager = _three_adapters_two_slots(tmp_path)
 
     with pytest.raises(lg.RegistryError, match="LG201"):
         manager.memory_pool.prepare_lora_batch(
@@ -382,10 +388,7 @@ def test_a_slot_dict_changed_behind_the_pools_back_is_reported_at_the_next_step(
 
 def test_too_many_adapters_on_a_verified_pool_are_refused_before_sglang_changes_anything(
         guard, tmp_path):
-    manager = h.sglang_server(max_loras_per_batch=2)
-    for i in range(3):
-        path = h.peft_adapter(tmp_path / f"a{i}", r=4, seed=i)
-        assert manager.load_lora_adapter(h.sglang_ref(f"a{i}", path)).success
+    manager = _three_adapters_two_slots(tmp_path)
     manager.fetch_new_loras({"a0", "a1"})
     pool = manager.memory_pool
     before = (dict(pool.uid_to_buffer_id), list(pool.buffer_id_to_uid),
