@@ -111,6 +111,19 @@ def test_each_defect_is_reported_with_its_code(tmp_path: pathlib.Path, defect: s
     assert DEFECTS[defect] in report.codes(), report.violations
 
 
+@pytest.mark.parametrize("defect", ["empty-tensor", "rank-mismatch", "orphan-a", "mixed-dtype"])
+def test_a_layer_moved_out_of_range_keeps_the_other_defect_of_a_one_layer_adapter(
+        tmp_path: pathlib.Path, defect: str) -> None:
+    """Moving the last layer renames the pair the other defect breaks: both are written, in
+    whichever order they are given (a one-layer plan the strategies draw)."""
+    for order in ((defect, "layer-out-of-range"), ("layer-out-of-range", defect)):
+        folder = write_adapter(tmp_path / "-".join(order), layers=1, defects=order)
+        report = lg.check_adapters(folder, lg.ServingLimits(base_config={
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}))
+        assert {DEFECTS[defect], "LG109"} <= set(report.codes()), report.violations
+
+
 def test_unknown_defect_lists_the_known_ones(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError, match="unknown defect") as info:
         write_adapter(tmp_path / "a", defects=("orphan",))

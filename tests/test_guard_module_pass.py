@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import tempfile
+import types
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import lora_guard as lg
+from lora_guard import strategies as lgst
 from lora_guard._checking.check_adapters import spec_violations
 from lora_guard._checking.rules import context
+from lora_guard._checking.rules.shared import Grouped
 from lora_guard._reading.adapters import LoRAModuleSpec
+from lora_guard._reading.grammar import PARTS_FIELDS
 from lora_guard._testing.adapter_writer import write_adapter
 
 _BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -93,3 +102,92 @@ def test_a_parts_key_and_base_dims_sent_to_another_process_stay_equal(
     key, base = pickle.loads(pickle.dumps((spec.parts_key, limits.base)))
     assert key == spec.parts_key and hash(key) == hash(spec.parts_key)
     assert base == limits.base and "_hash" not in base.__dict__
+
+
+# --- one pass over a model's layers: the rules run once per module shape ---------------------
+
+_MODULE_DEFECTS = ("orphan-a", "orphan-b", "rank-mismatch", "config-rank", "empty-tensor",
+                   "mixed-dtype", "bad-key", "layer-out-of-range")
+
+
+def _module_by_module(spec: lg.AdapterSpec, limits: lg.ServingLimits) -> tuple[Any, ...]:
+    """The module pass as the rules give it one module at a time (no module's findings said
+    of another), to compare the pass with."""
+    ctx = context.ModuleContext(
+        "a", types.MappingProxyType(spec.config.fields(PARTS_FIELDS)),
+        *context._held_to(limits), None, None)
+    grouped, found, ranks = Grouped(), list[lg.Violation](), dict[int, str]()
+    empty = {k for k, info in spec.tensors.items() if 0 in info.shape}
+    for module in spec.modules.values():
+        skips = module.a_key in empty or module.b_key in empty
+        context._apply_rules(ctx, module, skips, grouped, found)
+        if module.rank and not skips:
+            ranks.setdefault(module.rank, module.module)
+    return list(grouped.items.items()), found, ranks
+
+
+def _the_pass(spec: lg.AdapterSpec, limits: lg.ServingLimits) -> tuple[Any, ...]:
+    run = context.AdapterContext("a", spec, limits)._run_rules()
+    return list(run.grouped.items.items()), run.found, run.ranks
+
+
+def test_an_adapter_of_a_deeper_model_names_each_layer_past_the_base_and_counts_the_rest(
+        tmp_path: pathlib.Path) -> None:
+    """An adapter trained on a 4-layer, 128-wide model served on the 2-layer, 64-wide base: the
+    modules of layers 2 and 3 are said by layer, those of layers 0 and 1 (each module type
+    checked once, not once per layer) as dims that do not fit, counted over both layers."""
+    spec = lg.inspect_adapter(write_adapter(tmp_path / "deep", layers=4, hidden_size=128,
+                                            targets=("q_proj", "v_proj", "down_proj")))
+    limits = lg.ServingLimits(base_config=_BASE)
+    assert _the_pass(spec, limits) == _module_by_module(spec, limits)
+    dims, *layers = spec_violations(spec, limits)
+    assert [v.details.get("layer") for v in layers] == [2, 3]
+    assert all("(and 2 more) is for layer" in v.message for v in layers)  # 3 modules each
+    assert dims.details["count"] == 10  # 5 dims of 3 module types, each in layers 0 and 1
+    assert [m["count"] for m in dims.details["mismatches"]] == [2] * 5
+
+
+def test_a_defect_in_one_layer_is_found_in_that_layer_alone(tmp_path: pathlib.Path) -> None:
+    """Layer 1's q_proj written at rank 4 in an r8 adapter: its module is named, and the same
+    module of layers 0, 2 and 3 is not (they share what the rules found of layer 0)."""
+    from lora_guard._reading.safetensors import encode_header, write_safetensors
+
+    tensors = []
+    for layer in range(4):
+        for name in ("q_proj", "v_proj"):
+            rank = 4 if (layer, name) == (1, "q_proj") else 8
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{name}"
+            out = 64 if name == "q_proj" else 32
+            tensors += [(f"{prefix}.lora_A.weight", "float16", (rank, 64)),
+                        (f"{prefix}.lora_B.weight", "float16", (out, rank))]
+    folder = write_adapter(tmp_path / "a", layers=4)
+    header, size = encode_header(tensors)
+    write_safetensors(folder / "adapter_model.safetensors", header, size)
+    spec = lg.inspect_adapter(folder)
+    limits = lg.ServingLimits(base_config={**_BASE, "num_hidden_layers": 4})
+    assert _the_pass(spec, limits) == _module_by_module(spec, limits)
+    (found,) = spec_violations(spec, limits)
+    assert found.code == "LG102" and "model.layers.1.self_attn.q_proj" in found.message
+    assert "(and" not in found.message
+
+
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(plan=lgst.adapter_plans(layers=(1, 2, 3), moe_layouts=(*lgst.MOE_LAYOUTS, None),
+                               defects=_MODULE_DEFECTS, max_defects=2),
+       base_layers=st.sampled_from((1, 2, 3)), hidden=st.sampled_from((64, 128)),
+       served=st.sampled_from((None, ("q_proj", "v_proj"), ("layers.0.self_attn.q_proj",),
+                               ("q_proj", "gate_up_proj", "down_proj", "experts"))))
+def test_the_pass_says_of_each_module_what_the_rules_say_of_it(
+        plan: lgst.AdapterPlan, base_layers: int, hidden: int,
+        served: tuple[str, ...] | None) -> None:
+    """Whatever the adapter (dense or MoE, defects in some layers) and the base it is held to
+    (fewer layers, another width, modules not served, one served in one layer alone), the
+    pass's findings, their first names, counts and order are those of the rules run on each
+    module."""
+    with tempfile.TemporaryDirectory() as folder:
+        spec = lg.inspect_adapter(plan.write(folder))
+    limits = lg.ServingLimits(target_modules=served, base_config={
+        **_BASE, "num_hidden_layers": base_layers, "hidden_size": hidden,
+        "num_local_experts": 4})
+    assert _the_pass(spec, limits) == _module_by_module(spec, limits)

@@ -39,6 +39,21 @@ _EMBEDDING_NAMES = ("embed_tokens", "lm_head", "wte", "embed_in", "word_embeddin
 LAYER_INDEX = re.compile(r"\.(?:layers|h|blocks|layer|decoder\.layers)\.(\d+)\.")
 
 
+def without_layer(module: str) -> str:
+    """A module path with its layer index (the one `LoRAModuleSpec.layer` is read from) taken
+    out: what the same module of every layer of a model shares.
+
+    Example:
+        >>> from lora_guard._reading.grammar import without_layer
+        >>> without_layer("model.layers.12.self_attn.q_proj"), without_layer("lm_head")
+        ('model.layers..self_attn.q_proj', 'lm_head')
+    """
+    found = LAYER_INDEX.search("." + module + ".")
+    if found is None:
+        return module
+    return module[:found.start(1) - 1] + module[found.end(1) - 1:]
+
+
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
 
@@ -280,14 +295,14 @@ def _new_record(
     b: TensorInfo | None, embedding: bool, config: Mapping[str, Any],
 ) -> LoRAModuleSpec:
     target, kind, expert = _target_of(module, config)
-    if embedding:
-        kind = "embedding"
     a_shape = a.shape if a else None
     b_shape = b.shape if b else None
-    wide = [s for s in (a_shape, b_shape) if s and len(s) > 2]
-    if kind != "embedding" and wide:
+    if embedding:
+        kind = "embedding"
+    elif (a_shape and len(a_shape) > 2) or (b_shape and len(b_shape) > 2):
         # packed MoE weights are 3D under an experts module; other N-D halves are convolutions
-        packed = "experts" in module.split(".") and all(len(s) == 3 for s in wide)
+        packed = "experts" in module.split(".") and all(
+            len(s) == 3 for s in (a_shape, b_shape) if s and len(s) > 2)
         kind = "moe-packed" if packed else "conv"
     half = a or b
     rank, experts = _rank_and_experts(kind, target, a_shape, b_shape)

@@ -503,7 +503,8 @@ def _apply_content_defects(
                    and ("lora_B" in k or "lora_embedding_B" in k))
     target = _Defective(tensors, config, dtype, rank, layers, hidden_size, vocab_size,
                         first_a, first_b, module)
-    for defect in defects:
+    # moving a layer renames its keys: last, so that the others find the pair they break
+    for defect in sorted(defects, key=lambda name: name == "layer-out-of-range"):
         apply = _CONTENT_DEFECTS.get(defect)
         if apply is not None:  # the others are written by _write_config / _write_weights
             apply(target)

@@ -20,7 +20,7 @@ from lora_guard._core.frozen import builder
 from lora_guard._reading.adapters import AdapterSpec, FrozenConfig, LoRAModuleSpec
 from lora_guard._reading.basemodel import BaseModelDims
 from lora_guard._reading.bounded import Bounded, ValueKey
-from lora_guard._reading.grammar import PARTS_FIELDS
+from lora_guard._reading.grammar import PARTS_FIELDS, without_layer
 
 __all__ = ["AdapterContext", "ModuleContext", "ModulePass", "grouped_violations"]
 
@@ -152,21 +152,93 @@ class AdapterContext:
                 {name: config[name] for name in PARTS_FIELDS if name in config}),
             *_held_to(self.limits), self.vocab_size, self.module_dims)
         grouped, found, ranks = Grouped(), list[Violation](), dict[int, str]()
-        every, full = _rules()
         bd = self.spec.config.get("use_bdlora")
         empty = self.empty[1]
+        # The rules read of a module's path what a model's layers share (`_shape`), but
+        # where a module is matched by its whole path: BD-LoRA's blocks, a rank_pattern
+        # (LG102), served modules named by a path suffix (LG104), the live model's dims (LG109).
+        shapes: dict[tuple[Any, ...], _SharedFindings | None] | None = None
+        if bd is None and self.module_dims is None and not ctx.config.get("rank_pattern") and (
+                not any("." in name for name in ctx.target_modules or ())):
+            shapes = {}
+        layers = ctx.base.num_layers if ctx.base is not None else None
         for module in self.spec.modules.values():
             if bd is not None:
                 module = _block_diagonal(bd, module)
-            for rule in every:
-                rule(ctx, module, grouped, found)
-            if empty and (module.a_key in empty or module.b_key in empty):
-                continue
-            for rule in full:
-                rule(ctx, module, grouped, found)
-            if module.rank:
+            skips = bool(empty) and (module.a_key in empty or module.b_key in empty)
+            if shapes is None:
+                _apply_rules(ctx, module, skips, grouped, found)
+            else:
+                shape = _shape(module, layers, skips)
+                shared = shapes.get(shape, _UNSEEN)
+                if shared is _UNSEEN:
+                    shapes[shape] = _first_of_shape(ctx, module, skips, grouped, found)
+                elif shared is None:
+                    _apply_rules(ctx, module, skips, grouped, found)
+                else:
+                    for group, name, count, details in shared:
+                        grouped.add(group, getattr(module, name), details, count)
+            if module.rank and not skips:
                 ranks.setdefault(module.rank, module.module)
         return ModulePass(grouped, found, ranks)
+
+
+def _apply_rules(ctx: ModuleContext, module: LoRAModuleSpec, skips: bool, grouped: Grouped,
+                 found: list[Violation]) -> None:
+    """Every module rule on one module; those that skip a zero-size half not when ``skips``."""
+    every, full = _rules()
+    for rule in every:
+        rule(ctx, module, grouped, found)
+    if not skips:
+        for rule in full:
+            rule(ctx, module, grouped, found)
+
+
+_SharedFindings = tuple[tuple[tuple[Any, ...], str, int, dict[str, Any]], ...]
+"""A module's findings (group, which of its names, count, details) said so that any module of
+its shape says them with its own name (``"module"``, ``"a_key"`` or ``"b_key"``)."""
+
+_UNSEEN: Any = object()
+
+
+def _shape(module: LoRAModuleSpec, layers: int | None, skips: bool) -> tuple[Any, ...]:
+    """What the module rules read of a module (`ModuleRule`): its record but for its names,
+    its path without its layer index (`without_layer`), and the index itself only past the
+    base's ``layers`` (where LG109 names it). The same module of every layer of a model has
+    one shape: the rules run once for it, not once per layer (an all-linear adapter of a
+    16-layer model has 112 modules and 7 shapes)."""
+    layer = module.layer
+    return (without_layer(module.module),
+            layer if layers is not None and layer is not None and layer >= layers else None,
+            module.target, module.kind, module.rank, module.a_shape, module.b_shape,
+            module.dtype, module.expert, module.experts, module.a_key is None,
+            module.b_key is None, skips)
+
+
+def _first_of_shape(ctx: ModuleContext, module: LoRAModuleSpec, skips: bool,
+                    grouped: Grouped, found: list[Violation]) -> _SharedFindings | None:
+    """The rules on the first module of its shape, their findings added to ``grouped`` and
+    ``found``, and returned for the modules of its shape; None where they cannot be said of
+    another module (a finding in ``found`` names the adapter; a finding named by none of the
+    module's names, or whose details or group hold one of them)."""
+    own, own_found = Grouped(), list[Violation]()
+    _apply_rules(ctx, module, skips, own, own_found)
+    for group, (name, count, details) in own.items.items():
+        grouped.add(group, name, details, count)
+    found.extend(own_found)
+    given = [(n, f) for n, f in ((module.module, "module"), (module.a_key, "a_key"),
+                                 (module.b_key, "b_key")) if n is not None]
+    names = dict(given)
+    if own_found or len(names) < len(given):
+        return None
+    shared = []
+    for group, (name, count, details) in own.items.items():
+        which = names.get(name)
+        if which is None or any(isinstance(value, str) and value in names
+                                for value in (*group, *details.values())):
+            return None
+        shared.append((group, which, count, details))
+    return tuple(shared)
 
 
 _module_outcome = builder(ModuleOutcome)

@@ -49,9 +49,10 @@ class Grouped:
     def __init__(self) -> None:
         self.items: dict[tuple[Any, ...], list[Any]] = {}
 
-    def add(self, group: tuple[Any, ...], name: str, details: dict[str, Any]) -> None:
+    def add(self, group: tuple[Any, ...], name: str, details: dict[str, Any],
+            count: int = 1) -> None:
         entry = self.items.setdefault(group, [name, 0, details])
-        entry[1] += 1
+        entry[1] += count
 
 
 PACKED: Mapping[str, frozenset[str]] = types.MappingProxyType({
