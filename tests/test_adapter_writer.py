@@ -124,6 +124,18 @@ def test_a_layer_moved_out_of_range_keeps_the_other_defect_of_a_one_layer_adapte
         assert {DEFECTS[defect], "LG109"} <= set(report.codes()), report.violations
 
 
+def test_defects_that_break_a_pair_each_break_their_own(tmp_path: pathlib.Path) -> None:
+    """An orphaned A and a B of another dtype: two pairs broken, both found; an adapter with
+    one pair is refused for the two, before its folder is made."""
+    folder = write_adapter(tmp_path / "two", defects=("orphan-a", "mixed-dtype"))
+    assert {"LG103", "LG106"} <= set(lg.check_adapters(folder).codes())
+    with pytest.raises(ValueError, match="orphan-a, mixed-dtype each break a LoRA pair of "
+                       "their own, and this adapter has 1; give it more targets or layers"):
+        write_adapter(tmp_path / "one", targets=("q_proj",), layers=1,
+                      defects=("orphan-a", "mixed-dtype"))
+    assert not (tmp_path / "one").exists()
+
+
 def test_unknown_defect_lists_the_known_ones(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ValueError, match="unknown defect") as info:
         write_adapter(tmp_path / "a", defects=("orphan",))

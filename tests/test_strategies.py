@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import HealthCheck, assume, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
@@ -176,6 +177,34 @@ def test_plans_with_defects_are_what_the_checker_reports(tmp_path_factory: pytes
     check()
     assert seen, "no defect was ever drawn"
     assert all(p.is_relative_to(root) for p in root.rglob("*"))
+
+
+def test_plans_with_several_defects_write_and_each_is_reported(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Up to three defects on one adapter, dense or MoE, one layer or two: every plan writes
+    (defects that break a LoRA pair each get one, as many as the adapter has) and each of
+    its defects is reported."""
+    root = tmp_path_factory.mktemp("several")
+    defects = ("orphan-a", "orphan-b", "rank-mismatch", "empty-tensor", "mixed-dtype",
+               "bad-key", "config-rank", "layer-out-of-range")
+
+    @settings(max_examples=60, deadline=None, database=None)
+    # (not "flat": its rows are rank x experts, so a config's other r reads as another
+    # expert count, LG109, not as another rank)
+    @given(lgst.adapter_plans(defects=defects, max_defects=3, layers=(1, 2),
+                              moe_layouts=("per-expert", "packed", "shared-outer", None)))
+    def check(plan: lgst.AdapterPlan) -> None:
+        path = plan.write(tempfile.mkdtemp(dir=root))
+        # a module whose pair is broken (orphaned, emptied) is not compared with the config
+        # or the base: config-rank and layer-out-of-range need a module left whole
+        assume(len(lg.inspect_adapter(path).modules) > len(plan.defects))
+        report = lg.check_adapters([path], lg.ServingLimits(base_config={
+            "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": plan.layers,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
+            "num_local_experts": plan.experts}))
+        assert plan.expected_codes <= set(report.codes()), (plan, report.violations)
+
+    check()
 
 
 @FAST

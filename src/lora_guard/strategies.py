@@ -36,7 +36,13 @@ from typing import Any, Literal, TypeVar
 
 from hypothesis import strategies as st
 
-from ._testing.adapter_writer import ATTENTION_TARGETS, DEFECTS, MLP_TARGETS, write_adapter
+from ._testing.adapter_writer import (
+    _PAIR_DEFECTS,
+    ATTENTION_TARGETS,
+    DEFECTS,
+    MLP_TARGETS,
+    write_adapter,
+)
 
 __all__ = [
     "DTYPES",
@@ -269,15 +275,17 @@ def adapter_plans(
         chosen = draw(st.lists(st.sampled_from(target_pool), min_size=1, unique=True))
         if layout is not None and not any(t in MLP_TARGETS for t in chosen):
             chosen.append(draw(st.sampled_from(mlp)))
+        layers = draw(layer_st)
         drawn_defects: tuple[str, ...] = ()
         if defect_pool and max_defects:
-            drawn_defects = tuple(draw(st.lists(
-                st.sampled_from(defect_pool), max_size=max_defects, unique=True)))
+            drawn_defects = _one_pair_each(tuple(draw(st.lists(
+                st.sampled_from(defect_pool), max_size=max_defects, unique=True))),
+                _fewest_pairs(chosen, layers, layout))
         return AdapterPlan(
             name=draw(name_st),
             rank=draw(rank_st),
             targets=tuple(t for t in target_pool if t in chosen),
-            layers=draw(layer_st),
+            layers=layers,
             dtype=draw(dtype_st),
             moe_layout=layout,
             experts=draw(expert_st) if layout is not None else 4,
@@ -286,6 +294,29 @@ def adapter_plans(
         )
 
     return draw_plan()
+
+
+def _fewest_pairs(targets: Iterable[str], layers: int, layout: str | None) -> int:
+    """The LoRA pairs an adapter of these targets has at least (an MoE layout may pack its
+    MLP targets into one pair a layer)."""
+    chosen = set(targets)
+    if layout is None:
+        return len(chosen) * layers
+    attention = len(chosen - set(MLP_TARGETS))
+    return (attention + (1 if chosen & set(MLP_TARGETS) else 0)) * layers
+
+
+def _one_pair_each(defects: tuple[str, ...], pairs: int) -> tuple[str, ...]:
+    """``defects`` with those that break a LoRA pair of their own (`write_adapter` refuses
+    more of them than the adapter has pairs) cut to ``pairs``."""
+    kept, breaking = [], 0
+    for defect in defects:
+        if defect in _PAIR_DEFECTS:
+            if breaking == pairs:
+                continue
+            breaking += 1
+        kept.append(defect)
+    return tuple(kept)
 
 
 def adapter_sets(

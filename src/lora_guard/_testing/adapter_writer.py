@@ -497,17 +497,32 @@ def _apply_content_defects(
     lora_a = [k for k in sorted(tensors) if k.endswith(".lora_A.weight")]
     if not lora_a:  # embeddings only: use the embedding pair
         lora_a = [k for k in sorted(tensors) if k.endswith(".lora_embedding_A")]
-    first_a = lora_a[0]
-    module = first_a.rsplit(".lora_", 1)[0]
-    first_b = next(k for k in sorted(tensors) if k.startswith(module + ".lora_")
-                   and ("lora_B" in k or "lora_embedding_B" in k))
-    target = _Defective(tensors, config, dtype, rank, layers, hidden_size, vocab_size,
-                        first_a, first_b, module)
-    # moving a layer renames its keys: last, so that the others find the pair they break
-    for defect in sorted(defects, key=lambda name: name == "layer-out-of-range"):
-        apply = _CONTENT_DEFECTS.get(defect)
-        if apply is not None:  # the others are written by _write_config / _write_weights
-            apply(target)
+    breaking = [name for name in _PAIR_DEFECTS if name in defects]
+    if len(breaking) > len(lora_a):
+        raise ValueError(
+            f"write_adapter(defects=...): {', '.join(breaking)} each break a LoRA pair of "
+            f"their own, and this adapter has {len(lora_a)}; give it more targets or layers")
+
+    def pair(index: int) -> _Defective:
+        first_a = lora_a[index]
+        module = first_a.rsplit(".lora_", 1)[0]
+        first_b = next(k for k in sorted(tensors) if k.startswith(module + ".lora_")
+                       and ("lora_B" in k or "lora_embedding_B" in k))
+        return _Defective(tensors, config, dtype, rank, layers, hidden_size, vocab_size,
+                          first_a, first_b, module)
+
+    # each defect's pair found before any is broken; moving a layer renames its keys: last
+    targets = [(_CONTENT_DEFECTS[name], pair(breaking.index(name) if name in breaking else 0))
+               for name in sorted(defects, key=lambda name: name == "layer-out-of-range")
+               if name in _CONTENT_DEFECTS]  # the others: _write_config / _write_weights
+    for apply, target in targets:
+        apply(target)
+
+
+_PAIR_DEFECTS = ("orphan-a", "orphan-b", "rank-mismatch", "empty-tensor", "mixed-dtype")
+"""The defects that each break one LoRA pair (a half removed, resized or retyped): given
+together, each breaks a pair of its own (the first pairs in key order, in this order), so
+that every one of them is found; alone, the first pair."""
 
 
 @dataclass(frozen=True)
