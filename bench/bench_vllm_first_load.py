@@ -100,8 +100,7 @@ def _parts(tmp: Path, field: str | None = None,
     assert not found
     folder = Path(load.lora_dir)
     checked = FrozenConfig(checked_config(dict(trimmed)))
-    infos = _base._tensor_infos(tensors, key[1])
-    nbytes = sum(i.nbytes for i in infos.values())
+    infos, nbytes = _base._tensor_infos(tensors, key[1])
     violations = spec_violations(spec, limits, subject=subject, vocab_size=load.vocab)
 
     def first() -> None:
@@ -127,7 +126,8 @@ def _parts(tmp: Path, field: str | None = None,
          lambda: _base.loaded_adapter(load.lora_dir, trimmed, tensors, subject, key=key), None),
         ("  checked_config + FrozenConfig", "reader",
          lambda: FrozenConfig(checked_config(dict(trimmed))), None),
-        ("  _tensor_infos", "integration", lambda: _base._tensor_infos(tensors, key[1]), None),
+        ("  _tensor_infos (a layout not seen)", "integration",
+         lambda: _base._tensor_infos(tensors, key[1]), _base._LAYOUT_INFOS.clear),
         ("  _files_stay_inside", "integration",
          lambda: _base._files_stay_inside(load.lora_dir), None),
         ("  build_spec", "reader", lambda: build_spec(

@@ -421,7 +421,7 @@ def _read_added_tokens(folder: pathlib.Path, dir_fd: int | None = None) -> dict[
 
 
 def build_spec(
-    folder: pathlib.Path, config: Mapping[str, Any], tensors: dict[str, TensorInfo],
+    folder: pathlib.Path, config: Mapping[str, Any], tensors: Mapping[str, TensorInfo],
     metadata: dict[str, str], size: int, *, added_tokens: Mapping[str, int] | None = None,
     url: str | None = None, transferred: int | None = None,
     weights_file: str | None = WEIGHTS_NAME, entries_key: Hashable | None = None,

@@ -53,7 +53,7 @@ from .._reading.adapters import (
     other_method,
     read_config,
 )
-from .._reading.bounded import Bounded
+from .._reading.bounded import Bounded, ValueKey
 from .._reading.files import join_name, lexists, open_regular
 from .._reading.safetensors import TensorInfo
 
@@ -608,13 +608,12 @@ def loaded_adapter(
     """
     try:
         checked = FrozenConfig(checked_config(dict(config)))
-        layout = key[1] if key is not None else tuple(
-            [(name, t.shape, t.dtype) for name, t in tensors.items()])
-        infos = _tensor_infos(tensors, layout)
+        layout: ValueKey = key[1] if key is not None else _layout(tensors)
+        infos, nbytes = _tensor_infos(tensors, layout)
         path = pathlib.Path(folder)
         _files_stay_inside(folder)
         # the layout stands for the infos (each is made from its shape and dtype alone)
-        spec = build_spec(path, checked, infos, {}, sum(i.nbytes for i in infos.values()),
+        spec = build_spec(path, checked, infos, {}, nbytes,
                           added_tokens=_read_added_tokens(path), entries_key=layout)
     except Malformed as exc:
         return None, [malformed_violation(subject, exc)]
@@ -627,14 +626,26 @@ _INFOS = Bounded[tuple[Any, Any], TensorInfo](
     "parts (build_spec)")
 
 
+def _layout(tensors: Mapping[str, Any]) -> ValueKey:
+    """Each tensor's name, shape and dtype, in order: what an engine read of its tensors, as
+    a key (hashed once: a load looks it up several times)."""
+    return ValueKey(tuple([(name, t.shape, t.dtype) for name, t in tensors.items()]))
+
+
 def _tensor_infos(tensors: Mapping[str, Any],
-                  layout: tuple[tuple[str, Any, Any], ...]) -> dict[str, TensorInfo]:
-    """Each tensor's `TensorInfo`, from its (name, shape, dtype) as `read_key` took them; the
-    tensor itself is asked only for a (shape, dtype) not seen before (its element size). An
+                  layout: ValueKey) -> tuple[Mapping[str, TensorInfo], int]:
+    """Each tensor's `TensorInfo`, from its (name, shape, dtype) as `_layout` took them, and
+    their bytes: made once per layout (the adapters of a recipe share theirs; read-only,
+    `build_spec` copies what it keeps). The tensor
+    itself is asked only for a (shape, dtype) not seen before (its element size). An
     adapter's tensors come in a few shapes: each is looked up once."""
+    known = _LAYOUT_INFOS.get(layout)
+    if known is not None:
+        return known
     infos: dict[str, TensorInfo] = {}
     these: dict[tuple[Any, Any], TensorInfo] = {}
-    for name, shape, dtype in layout:
+    nbytes = 0
+    for name, shape, dtype in layout.value:  # type: ignore[attr-defined]
         info = these.get((shape, dtype))
         if info is None:
             info = _INFOS.get((shape, dtype))
@@ -645,7 +656,13 @@ def _tensor_infos(tensors: Mapping[str, Any],
                     nbytes=math.prod(dims) * tensors[name].element_size()))
             these[shape, dtype] = info
         infos[name] = info
-    return infos
+        nbytes += info.nbytes
+    return _LAYOUT_INFOS.put(layout, (infos, nbytes))
+
+
+_LAYOUT_INFOS = Bounded[ValueKey, tuple[Mapping[str, TensorInfo], int]](
+    64, "the TensorInfos and bytes of the tensors an engine loaded, by their names, shapes "
+    "and dtypes: a recipe's adapters share them")
 
 
 class CleanVerdicts:
@@ -737,7 +754,7 @@ def read_key(config: Mapping[str, Any], tensors: Mapping[str, Any],
     remembered)."""
     try:
         return (marshal.dumps(config if type(config) is dict else dict(config)),
-                tuple([(name, t.shape, t.dtype) for name, t in tensors.items()]), *more)
+                _layout(tensors), *more)
     except (TypeError, ValueError, AttributeError):
         return None
 
