@@ -73,7 +73,12 @@ over an adapter's modules (`AdapterContext.modules`) with a ``ModuleContext`` (w
 limits a module is held to: served modules, engine rules, the base's dims; the config's
 ``PARTS_FIELDS``; the vocab), it adds findings to ``grouped`` (one violation per kind, with a
 count) or, for a finding that names the adapter, to ``found``. What it finds is remembered
-under those values and the adapter's parts: a rule reads nothing else."""
+under those values and the adapter's parts: a rule reads nothing else. Of a module's names
+(its path, its keys) a rule reads what the same module of every layer shares (the path
+without its layer index: its tower, type, block) and its layer index only against the
+base's layer count, since the pass runs the rules once per such shape and says each
+module's findings by its own names (`lora_guard._checking.rules.context`, which lists the
+cases where a module is matched by its whole path and every module is checked alone)."""
 
 
 @dataclass(frozen=True)

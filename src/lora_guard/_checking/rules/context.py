@@ -199,6 +199,7 @@ _SharedFindings = tuple[tuple[tuple[Any, ...], str, int, dict[str, Any]], ...]
 its shape says them with its own name (``"module"``, ``"a_key"`` or ``"b_key"``)."""
 
 _UNSEEN: Any = object()
+"""A shape not met yet in this pass (None: met, its findings not shareable)."""
 
 
 def _shape(module: LoRAModuleSpec, layers: int | None, skips: bool) -> tuple[Any, ...]:
