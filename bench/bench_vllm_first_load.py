@@ -64,7 +64,7 @@ def _parts(tmp: Path, field: str | None = None,
         build_spec,
         checked_config,
     )
-    from lora_guard._reading.bounded import forget_all
+    from lora_guard._reading.bounded import ValueKey, forget_all
     from lora_guard.integrations import _base
     from lora_guard.integrations import vllm as g
 
@@ -100,7 +100,8 @@ def _parts(tmp: Path, field: str | None = None,
     assert not found
     folder = Path(load.lora_dir)
     checked = FrozenConfig(checked_config(dict(trimmed)))
-    infos, nbytes = _base._tensor_infos(tensors, key[1])
+    layout = ValueKey(key[1])
+    infos, nbytes = _base._tensor_infos(tensors, layout)
     violations = spec_violations(spec, limits, subject=subject, vocab_size=load.vocab)
 
     def first() -> None:
@@ -127,11 +128,11 @@ def _parts(tmp: Path, field: str | None = None,
         ("  checked_config + FrozenConfig", "reader",
          lambda: FrozenConfig(checked_config(dict(trimmed))), None),
         ("  _tensor_infos (a layout not seen)", "integration",
-         lambda: _base._tensor_infos(tensors, key[1]), _base._LAYOUT_INFOS.clear),
+         lambda: _base._tensor_infos(tensors, layout), _base._LAYOUT_INFOS.clear),
         ("  _files_stay_inside", "integration",
          lambda: _base._files_stay_inside(load.lora_dir), None),
         ("  build_spec", "reader", lambda: build_spec(
-            folder, checked, infos, {}, nbytes, added_tokens=None, entries_key=key[1]), None),
+            folder, checked, infos, {}, nbytes, added_tokens=None, entries_key=layout), None),
         ("  _read_added_tokens", "reader", lambda: _read_added_tokens(folder), None),
         ("spec_violations", "checker", lambda: spec_violations(
             spec, limits, subject=subject, vocab_size=load.vocab), _GUARDED.clear),

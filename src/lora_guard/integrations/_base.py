@@ -608,7 +608,8 @@ def loaded_adapter(
     """
     try:
         checked = FrozenConfig(checked_config(dict(config)))
-        layout: ValueKey = key[1] if key is not None else _layout(tensors)
+        layout = ValueKey(key[1] if key is not None else tuple(
+            [(name, t.shape, t.dtype) for name, t in tensors.items()]))
         infos, nbytes = _tensor_infos(tensors, layout)
         path = pathlib.Path(folder)
         _files_stay_inside(folder)
@@ -626,19 +627,13 @@ _INFOS = Bounded[tuple[Any, Any], TensorInfo](
     "parts (build_spec)")
 
 
-def _layout(tensors: Mapping[str, Any]) -> ValueKey:
-    """Each tensor's name, shape and dtype, in order: what an engine read of its tensors, as
-    a key (hashed once: a load looks it up several times)."""
-    return ValueKey(tuple([(name, t.shape, t.dtype) for name, t in tensors.items()]))
-
-
 def _tensor_infos(tensors: Mapping[str, Any],
                   layout: ValueKey) -> tuple[Mapping[str, TensorInfo], int]:
-    """Each tensor's `TensorInfo`, from its (name, shape, dtype) as `_layout` took them, and
+    """Each tensor's `TensorInfo`, from its (name, shape, dtype) as `read_key` took them, and
     their bytes: made once per layout (the adapters of a recipe share theirs; read-only,
-    `build_spec` copies what it keeps). The tensor
-    itself is asked only for a (shape, dtype) not seen before (its element size). An
-    adapter's tensors come in a few shapes: each is looked up once."""
+    `build_spec` copies what it keeps). The tensor itself is asked only for a (shape, dtype)
+    not seen before (its element size). An adapter's tensors come in a few shapes: each is
+    looked up once."""
     known = _LAYOUT_INFOS.get(layout)
     if known is not None:
         return known
@@ -754,7 +749,7 @@ def read_key(config: Mapping[str, Any], tensors: Mapping[str, Any],
     remembered)."""
     try:
         return (marshal.dumps(config if type(config) is dict else dict(config)),
-                _layout(tensors), *more)
+                tuple([(name, t.shape, t.dtype) for name, t in tensors.items()]), *more)
     except (TypeError, ValueError, AttributeError):
         return None
 

@@ -224,6 +224,8 @@ def _first_of_shape(ctx: ModuleContext, module: LoRAModuleSpec, skips: bool,
     module's names, or whose details or group hold one of them)."""
     own, own_found = Grouped(), list[Violation]()
     _apply_rules(ctx, module, skips, own, own_found)
+    if not own.items and not own_found:
+        return ()  # nearly every module: nothing found, nothing to say of the others
     for group, (name, count, details) in own.items.items():
         grouped.add(group, name, details, count)
     found.extend(own_found)
