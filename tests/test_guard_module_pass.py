@@ -114,7 +114,8 @@ def _module_by_module(spec: lg.AdapterSpec, limits: lg.ServingLimits) -> tuple[A
     """The module pass as the rules give it one module at a time (no module's findings said
     of another), to compare the pass with."""
     ctx = context.ModuleContext(
-        "a", types.MappingProxyType(spec.config.fields(PARTS_FIELDS)),
+        "a", types.MappingProxyType(
+            {name: spec.config[name] for name in PARTS_FIELDS if name in spec.config}),
         *context._held_to(limits), None, None)
     grouped, found, ranks = Grouped(), list[lg.Violation](), dict[int, str]()
     empty = {k for k, info in spec.tensors.items() if 0 in info.shape}
