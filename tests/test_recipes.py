@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+import sys
+import threading
+from collections import OrderedDict
+from typing import Any
 
 import lora_guard as lg
 from lora_guard._reading.adapters import Recipe, forget_remembered, read_recipes
@@ -92,6 +96,82 @@ def test_a_cache_keeps_at_most_its_size_least_recently_used_out() -> None:
         assert len(cache) <= 3
     assert cache.get_or_make(9, lambda: "made again") is None  # remembered, not made again
     assert cache.get(0) is None and len(cache) == 3
+
+
+class _PushedOutAfterFound(OrderedDict[Any, Any]):
+    """A cache's entries where another thread pushes a key out right after a look-up found
+    it (the worst moment a thread switch can come)."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = super().get(key, default)
+        if value is not default:
+            del self[key]
+        return value
+
+
+class _EmptiedAfterWrite(OrderedDict[Any, Any]):
+    """A cache's entries that another thread empties right after a write."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.clear()
+
+
+def test_an_entry_pushed_out_by_another_thread_mid_call_is_still_answered() -> None:
+    """Threads share the reader's memories without a lock: an entry pushed out between a
+    look-up's two steps (found, then marked used; written, then the oldest dropped) still
+    gives its value, and nothing is raised."""
+    cache: Bounded[str, int] = Bounded(2, "a test's numbers")
+    cache.put("a", 1)
+    cache._entries = _PushedOutAfterFound(cache._entries)
+    assert cache.get("a") == 1 and cache.get("a") is None  # found, then gone
+    cache.put("b", 2)
+    assert cache.get_or_make("b", lambda: 3) == 2
+    cache._entries = _EmptiedAfterWrite()
+    assert cache.put("c", 4) == 4 and cache.get_or_make("d", lambda: 5) == 5
+
+
+def test_threads_reading_adapters_while_the_memories_are_emptied_read_them_right(
+        tmp_path: pathlib.Path) -> None:
+    """Four threads read and check adapters of four recipes while a fifth empties every
+    memory over and over (what a full cache does to its oldest entry): each read is right and
+    none raises."""
+    folders = [write_adapter(tmp_path / f"r{rank}", rank=rank) for rank in (4, 8, 16, 32)]
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # a thread switch between any two steps
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def read(folder: pathlib.Path, rank: int) -> None:
+        try:
+            for _ in range(150):
+                assert lg.inspect_adapter(folder).rank == rank
+                assert lg.check_adapters([folder], lg.ServingLimits(max_rank=8)).codes() == (
+                    ["LG101"] if rank > 8 else [])
+        except BaseException as exc:  # reported below, with its thread's
+            failures.append(exc)
+
+    def forget() -> None:
+        try:
+            while not done.is_set():
+                forget_remembered()
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    try:
+        readers = [threading.Thread(target=read, args=(f, r))
+                   for f, r in zip(folders, (4, 8, 16, 32), strict=True)]
+        emptier = threading.Thread(target=forget)
+        emptier.start()
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+    finally:
+        done.set()
+        emptier.join()
+        sys.setswitchinterval(switch)
+    assert failures == []
 
 
 def test_every_copy_of_an_moe_recipe_keeps_its_experts_rank_findings(

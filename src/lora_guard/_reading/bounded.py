@@ -8,6 +8,7 @@ the same key, and a key is the bytes or the values the entry was computed from).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -20,6 +21,9 @@ V = TypeVar("V")
 
 _MISSING: Any = object()
 _ALL: weakref.WeakSet[Bounded[object, object]] = weakref.WeakSet()
+_ALL_LOCK = threading.Lock()
+"""Held to add to `_ALL` and to list it: a run in one thread makes its caches while another
+lists them (a set that grows while it is listed raises)."""
 
 
 class Bounded(Generic[K, V]):
@@ -47,33 +51,46 @@ class Bounded(Generic[K, V]):
         self.size = size
         self.what = what
         self._entries: OrderedDict[K, V] = OrderedDict()
-        _ALL.add(self)  # type: ignore[arg-type]
+        with _ALL_LOCK:
+            _ALL.add(self)  # type: ignore[arg-type]
+
+    # Threads share these caches (an engine's loads, a checker's workers) and take no lock:
+    # another thread may push an entry out between two steps of one call (found, then marked
+    # used; put, then the oldest dropped). That entry's value is still right, so each step
+    # that finds its key gone lets it go.
 
     def get(self, key: K) -> V | None:
         """The entry of ``key`` (now the most recently used), or None."""
-        value = self._entries.get(key, _MISSING)
-        if value is _MISSING:
-            return None
-        self._entries.move_to_end(key)
-        return value  # type: ignore[no-any-return]
+        value = self._found(key)
+        return None if value is _MISSING else value
 
     def put(self, key: K, value: V) -> V:
         """Remember ``value`` for ``key`` (the least recently used entry goes when full)."""
         entries = self._entries
         entries[key] = value
-        entries.move_to_end(key)
-        if len(entries) > self.size:
-            entries.popitem(last=False)
+        try:
+            entries.move_to_end(key)
+            while len(entries) > self.size:
+                entries.popitem(last=False)
+        except KeyError:  # another thread pushed it out, or emptied the cache, meanwhile
+            pass
         return value
 
     def get_or_make(self, key: K, make: Callable[[], V]) -> V:
         """The entry of ``key``, made by ``make()`` and remembered when there is none (an
         exception from ``make`` is raised and nothing is remembered; None is an entry)."""
+        value = self._found(key)
+        return self.put(key, make()) if value is _MISSING else value
+
+    def _found(self, key: K) -> Any:
+        """The entry of ``key``, now the most recently used, or `_MISSING`."""
         value = self._entries.get(key, _MISSING)
-        if value is _MISSING:
-            return self.put(key, make())
-        self._entries.move_to_end(key)
-        return value  # type: ignore[no-any-return]
+        if value is not _MISSING:
+            try:  # noqa: SIM105 (contextlib.suppress costs a call on every hit)
+                self._entries.move_to_end(key)
+            except KeyError:  # pushed out by another thread since: the value still stands
+                pass
+        return value
 
     def clear(self) -> None:
         self._entries.clear()
@@ -121,10 +138,11 @@ class ValueKey:
 def caches() -> list[Bounded[Any, Any]]:
     """Every live `Bounded` cache of the process (the reader's, the checker's of a run in
     progress), for a look at what is remembered and how much."""
-    return list(_ALL)
+    with _ALL_LOCK:
+        return list(_ALL)
 
 
 def forget_all() -> None:
     """Empty every `Bounded` cache of the process."""
-    for cache in list(_ALL):
+    for cache in caches():
         cache.clear()
