@@ -119,9 +119,10 @@ def _module_by_module(spec: lg.AdapterSpec, limits: lg.ServingLimits) -> tuple[A
         *context._held_to(limits), None, None)
     grouped, found, ranks = Grouped(), list[lg.Violation](), dict[int, str]()
     empty = {k for k, info in spec.tensors.items() if 0 in info.shape}
+    rules = context._rules()
     for module in spec.modules.values():
         skips = module.a_key in empty or module.b_key in empty
-        context._apply_rules(ctx, module, skips, grouped, found)
+        context._apply_rules(rules, ctx, module, skips, grouped, found)
         if module.rank and not skips:
             ranks.setdefault(module.rank, module.module)
     return list(grouped.items.items()), found, ranks

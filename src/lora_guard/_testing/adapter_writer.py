@@ -512,11 +512,11 @@ def _apply_content_defects(
                           first_a, first_b, module)
 
     # each defect's pair found before any is broken; moving a layer renames its keys: last
-    targets = [(_CONTENT_DEFECTS[name], pair(breaking.index(name) if name in breaking else 0))
-               for name in sorted(defects, key=lambda name: name == "layer-out-of-range")
-               if name in _CONTENT_DEFECTS]  # the others: _write_config / _write_weights
-    for apply, target in targets:
-        apply(target)
+    breaks = [(_CONTENT_DEFECTS[name], pair(breaking.index(name) if name in breaking else 0))
+              for name in sorted(defects, key=lambda name: name == "layer-out-of-range")
+              if name in _CONTENT_DEFECTS]  # the others: _write_config / _write_weights
+    for apply, defective in breaks:
+        apply(defective)
 
 
 _PAIR_DEFECTS = ("orphan-a", "orphan-b", "rank-mismatch", "empty-tensor", "mixed-dtype")

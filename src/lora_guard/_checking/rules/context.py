@@ -162,19 +162,20 @@ class AdapterContext:
                 not any("." in name for name in ctx.target_modules or ())):
             shapes = {}
         layers = ctx.base.num_layers if ctx.base is not None else None
+        rules = _rules()
         for module in self.spec.modules.values():
             if bd is not None:
                 module = _block_diagonal(bd, module)
             skips = bool(empty) and (module.a_key in empty or module.b_key in empty)
             if shapes is None:
-                _apply_rules(ctx, module, skips, grouped, found)
+                _apply_rules(rules, ctx, module, skips, grouped, found)
             else:
                 shape = _shape(module, layers, skips)
                 shared = shapes.get(shape, _UNSEEN)
                 if shared is _UNSEEN:
-                    shapes[shape] = _first_of_shape(ctx, module, skips, grouped, found)
+                    shapes[shape] = _first_of_shape(rules, ctx, module, skips, grouped, found)
                 elif shared is None:
-                    _apply_rules(ctx, module, skips, grouped, found)
+                    _apply_rules(rules, ctx, module, skips, grouped, found)
                 else:
                     for group, name, count, details in shared:
                         grouped.add(group, getattr(module, name), details, count)
@@ -183,10 +184,15 @@ class AdapterContext:
         return ModulePass(grouped, found, ranks)
 
 
-def _apply_rules(ctx: ModuleContext, module: LoRAModuleSpec, skips: bool, grouped: Grouped,
-                 found: list[Violation]) -> None:
-    """Every module rule on one module; those that skip a zero-size half not when ``skips``."""
-    every, full = _rules()
+_Rules = tuple[tuple[ModuleRule, ...], tuple[ModuleRule, ...]]
+"""The module rules that see every module, and those that skip a zero-size half."""
+
+
+def _apply_rules(rules: _Rules, ctx: ModuleContext, module: LoRAModuleSpec, skips: bool,
+                 grouped: Grouped, found: list[Violation]) -> None:
+    """Every module rule (`_rules`) on one module; those that skip a zero-size half not when
+    ``skips``."""
+    every, full = rules
     for rule in every:
         rule(ctx, module, grouped, found)
     if not skips:
@@ -216,14 +222,14 @@ def _shape(module: LoRAModuleSpec, layers: int | None, skips: bool) -> tuple[Any
             module.b_key is None, skips)
 
 
-def _first_of_shape(ctx: ModuleContext, module: LoRAModuleSpec, skips: bool,
+def _first_of_shape(rules: _Rules, ctx: ModuleContext, module: LoRAModuleSpec, skips: bool,
                     grouped: Grouped, found: list[Violation]) -> _SharedFindings | None:
     """The rules on the first module of its shape, their findings added to ``grouped`` and
     ``found``, and returned for the modules of its shape; None where they cannot be said of
     another module (a finding in ``found`` names the adapter; a finding named by none of the
     module's names, or whose details or group hold one of them)."""
     own, own_found = Grouped(), list[Violation]()
-    _apply_rules(ctx, module, skips, own, own_found)
+    _apply_rules(rules, ctx, module, skips, own, own_found)
     if not own.items and not own_found:
         return ()  # nearly every module: nothing found, nothing to say of the others
     for group, (name, count, details) in own.items.items():
@@ -253,10 +259,10 @@ _GUARDED: Bounded[ValueKey, PartsOutcome] = Bounded(
     "server in turn, share it")
 
 
-_RULES: list[tuple[tuple[ModuleRule, ...], tuple[ModuleRule, ...]]] = []
+_RULES: list[_Rules] = []
 
 
-def _rules() -> tuple[tuple[ModuleRule, ...], tuple[ModuleRule, ...]]:
+def _rules() -> _Rules:
     """The module rules that see every module, and those that skip a zero-size half (read
     once: they are registered when the checks' modules are imported)."""
     if not _RULES:
