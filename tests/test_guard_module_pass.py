@@ -20,8 +20,9 @@ from lora_guard import strategies as lgst
 from lora_guard._checking.check_adapters import spec_violations
 from lora_guard._checking.rules import context
 from lora_guard._checking.rules.shared import Grouped
-from lora_guard._reading.adapters import LoRAModuleSpec
-from lora_guard._reading.grammar import PARTS_FIELDS
+from lora_guard._reading.adapters import LoRAModuleSpec, forget_remembered
+from lora_guard._reading.config import FrozenConfig
+from lora_guard._reading.grammar import PARTS_FIELDS, parts_of, without_layer
 from lora_guard._testing.adapter_writer import write_adapter
 
 _BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -193,3 +194,82 @@ def test_the_pass_says_of_each_module_what_the_rules_say_of_it(
         **_BASE, "num_hidden_layers": base_layers, "hidden_size": hidden,
         "num_local_experts": 4})
     assert _the_pass(spec, limits) == _module_by_module(spec, limits)
+
+
+# --- the reader: a model's layers' modules read once per module, each with its own names ----
+
+def _read_alone(spec: lg.AdapterSpec, module: LoRAModuleSpec) -> LoRAModuleSpec:
+    """The record of ``module`` read from a header of its halves alone, nothing remembered:
+    no other module to be made from."""
+    forget_remembered()
+    tensors = {k: spec.tensors[k] for k in (module.a_key, module.b_key) if k is not None}
+    return parts_of(tensors, FrozenConfig(spec.config)).modules[module.module]
+
+
+def _same_as_by_records(spec: lg.AdapterSpec) -> tuple[int, ...]:
+    """For each module, the position of the first whose record is its own but for its names
+    and layer, and whose path is its own but for its layer index."""
+    firsts: dict[tuple[Any, ...], int] = {}
+    same = []
+    for position, m in enumerate(spec.modules.values()):
+        a, b = (spec.tensors[k] if k else None for k in (m.a_key, m.b_key))
+        kind = (without_layer(m.module), dataclasses.replace(
+            m, module="", layer=None, a_key=None, b_key=None),
+            a and a.dtype, b and b.dtype)
+        same.append(firsts.setdefault(kind, position))
+    return tuple(same)
+
+
+@settings(max_examples=40, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(plan=lgst.adapter_plans(layers=(1, 2, 3), moe_layouts=(*lgst.MOE_LAYOUTS, None),
+                               defects=_MODULE_DEFECTS, max_defects=2))
+def test_each_module_is_read_as_it_would_be_alone(plan: lgst.AdapterPlan) -> None:
+    """Whatever the adapter, each module's record is the one a header of that module alone
+    gives (those made from an earlier layer's included), and the modules the reader says are
+    one module of several layers (`AdapterSpec.modules_same_as`) are exactly those."""
+    with tempfile.TemporaryDirectory() as folder:
+        forget_remembered()
+        spec = lg.inspect_adapter(plan.write(folder))
+    if spec.modules_same_as is not None:
+        assert spec.modules_same_as == _same_as_by_records(spec)
+    for module in list(spec.modules.values()):
+        assert _read_alone(spec, module) == module
+
+
+def test_modules_named_by_their_layer_index_are_not_one_another(
+        tmp_path: pathlib.Path) -> None:
+    """A hostile header whose LoRA modules are named by the layer index itself
+    (``model.layers.0``, ``model.layers.1``): each is its own target, read on its own."""
+    from lora_guard._reading.safetensors import encode_header, write_safetensors
+
+    folder = write_adapter(tmp_path / "a", layers=2)
+    header, size = encode_header([
+        (f"base_model.model.model.layers.{layer}.lora_{half}.weight", "float16", shape)
+        for layer in (0, 1) for half, shape in (("A", (8, 64)), ("B", (64, 8)))])
+    write_safetensors(folder / "adapter_model.safetensors", header, size)
+    spec = lg.inspect_adapter(folder)
+    assert [(m.target, m.layer) for m in spec.modules.values()] == [("0", 0), ("1", 1)]
+    assert spec.modules_same_as == (0, 1)
+
+
+def test_a_rank_pattern_on_one_layers_flat_experts_gives_that_layer_its_rank(
+        tmp_path: pathlib.Path) -> None:
+    """Flat expert LoRA (rank x experts rows, under ``mlp.experts``) with ``rank_pattern``
+    giving layer 1 rank 8 instead of ``r`` 4: the same rows are 4 experts of rank 4 in layer 0
+    and 2 of rank 8 in layer 1; neither layer's record is made from the other's."""
+    from lora_guard._reading.safetensors import encode_header, write_safetensors
+
+    folder = write_adapter(tmp_path / "a", layers=2, rank=4,
+                           rank_pattern={"layers.1.mlp.experts.experts": 8})
+    header, size = encode_header([
+        (f"base_model.model.model.layers.{layer}.mlp.experts.lora_{half}.weight", "float16",
+         shape) for layer in (0, 1) for half, shape in (("A", (16, 64)), ("B", (64, 16)))])
+    write_safetensors(folder / "adapter_model.safetensors", header, size)
+    forget_remembered()
+    spec = lg.inspect_adapter(folder)
+    assert [(m.kind, m.rank, m.experts) for m in spec.modules.values()] == [
+        ("moe-flat", 4, 4), ("moe-flat", 8, 2)]
+    assert spec.modules_same_as == (0, 1)
+    again = lg.inspect_adapter(folder)  # the records read again, none remembered wrongly
+    assert list(again.modules.values()) == list(spec.modules.values())

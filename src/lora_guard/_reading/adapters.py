@@ -161,6 +161,14 @@ class AdapterSpec:
     fields the key grammar reads): specs with equal keys have equal tensors and modules, so
     what is found from those alone is found once (the checker's module pass). Set by the
     reader only: a spec made otherwise (``dataclasses.replace`` included) has None."""
+    modules_same_as: tuple[int, ...] | None = field(default=None, init=False, repr=False,
+                                                    compare=False)
+    """For each module, in ``modules``' order, the position of the first that is the same
+    module of another layer (its path but for the layer index, its halves' shapes and dtypes
+    equal: its record equal but for its names and layer), so that what depends on those alone
+    is found once for all layers (the checker's module pass). Set by the reader only, as
+    ``parts_key``; None also where the config may make such modules differ
+    (``target_parameters``)."""
 
     @property
     def name(self) -> str:
@@ -394,7 +402,8 @@ def member_spec(folder: pathlib.Path, recipe: Recipe, size: int, *,
     return _built_spec(
         folder, config, parts.tensors, parts.modules, parts.rank or int(config["r"]),
         parts.layout, parts.targets, features, parts.dtypes, size, recipe.metadata,
-        parts.unknown, parts.extra, url, transferred, recipe.weights_file, parts.key)
+        parts.unknown, parts.extra, url, transferred, recipe.weights_file, parts.key,
+        parts.same_as)
 
 
 def _read_added_tokens(folder: pathlib.Path, dir_fd: int | None = None) -> dict[str, int] | None:

@@ -41,17 +41,17 @@ LAYER_INDEX = re.compile(r"\.(?:layers|h|blocks|layer|decoder\.layers)\.(\d+)\."
 
 def without_layer(module: str) -> str:
     """A module path with its layer index (the one `LoRAModuleSpec.layer` is read from) taken
-    out: what the same module of every layer of a model shares.
+    out: what the same module of every layer of a model shares. A path that ends in its
+    index (the module's name is the index) is kept whole: no other layer's module is that one.
 
     Example:
         >>> from lora_guard._reading.grammar import without_layer
         >>> without_layer("model.layers.12.self_attn.q_proj"), without_layer("lm_head")
         ('model.layers..self_attn.q_proj', 'lm_head')
+        >>> without_layer("model.layers.12")
+        'model.layers.12'
     """
-    found = LAYER_INDEX.search("." + module + ".")
-    if found is None:
-        return module
-    return module[:found.start(1) - 1] + module[found.end(1) - 1:]
+    return _template_and_layer(module)[0]
 
 
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
@@ -259,41 +259,95 @@ def _target_of(module: str, config: Mapping[str, Any]) -> tuple[str, str, int | 
     return _leaf(module), "linear", None
 
 
-def _module_record(
-    module: str,
-    halves: Mapping[str, str],
+def _module_records(
+    halves: Mapping[str, Mapping[str, str]],
     tensors: Mapping[str, TensorInfo],
     config: Mapping[str, Any],
-) -> LoRAModuleSpec:
-    """The record of one module from its halves' keys; made once per distinct module name,
-    keys, shapes and dtypes (`_RECORDS`) unless the config changes it (``target_parameters``
-    names the wrapped parameters; a ``moe-flat`` rank reads ``r`` and ``rank_pattern``)."""
-    a_key = halves.get("A") or halves.get("eA")
-    b_key = halves.get("B") or halves.get("eB")
-    a = tensors[a_key] if a_key else None
-    b = tensors[b_key] if b_key else None
-    embedding = "eA" in halves or "eB" in halves
-    if config.get("target_parameters"):
-        return _new_record(module, a_key, b_key, a, b, embedding, config)
-    key = (module, a_key, b_key, embedding, a and a.shape, b and b.shape, a and a.dtype,
-           b and b.dtype)
-    record = _RECORDS.get(key)
-    if record is None:
-        record = _new_record(module, a_key, b_key, a, b, embedding, config)
-        if record.kind != "moe-flat":
-            _RECORDS.put(key, record)
-    return record
+) -> tuple[dict[str, LoRAModuleSpec], tuple[int, ...] | None, list[LoRAModuleSpec]]:
+    """Each module's record, in module order; for each module the position of the first
+    that is the same module of another layer (`Parts.same_as`); and those first ones (what
+    holds for them holds for every module: target, rank, dtypes).
+
+    A record is made once per distinct module name, keys, shapes and dtypes (`_RECORDS`); a
+    module whose path but for its layer index (`without_layer`), halves' shapes and dtypes
+    are an earlier module's of the header gets that one's record with its own names and
+    layer (the rest of a record follows from those). Not where the config changes a record:
+    ``target_parameters`` names the wrapped parameters (each record read on its own, no
+    module said to be another's same), and a ``moe-flat`` rank reads ``r`` and
+    ``rank_pattern`` by the module's whole path (read on its own, never remembered; the same
+    as another with equal rank and experts)."""
+    modules: dict[str, LoRAModuleSpec] = {}
+    flat = bool(config.get("target_parameters"))
+    same: list[int] = []
+    firsts: dict[tuple[Any, ...], tuple[int, LoRAModuleSpec]] = {}
+    distinct: list[LoRAModuleSpec] = []
+    for module, parts in sorted(halves.items()):
+        a_key = parts.get("A") or parts.get("eA")
+        b_key = parts.get("B") or parts.get("eB")
+        a = tensors[a_key] if a_key else None
+        b = tensors[b_key] if b_key else None
+        embedding = "eA" in parts or "eB" in parts
+        if flat:
+            modules[module] = _new_record(module, a_key, b_key, a, b, embedding, config,
+                                          _template_and_layer(module)[1])
+            distinct.append(modules[module])
+            continue
+        a_shape, a_dtype = (a.shape, a.dtype) if a else (None, None)
+        b_shape, b_dtype = (b.shape, b.dtype) if b else (None, None)
+        key = (module, a_key, b_key, embedding, a_shape, b_shape, a_dtype, b_dtype)
+        known = _RECORDS.get(key)
+        if known is None:
+            template, layer = _template_and_layer(module)
+            kind: tuple[Any, ...] = (template, embedding, a_shape, b_shape, a_dtype, b_dtype)
+            first = firsts.get(kind)
+            if first is None:
+                record = _new_record(module, a_key, b_key, a, b, embedding, config, layer)
+            else:
+                proto = first[1]
+                record = _built_module(
+                    module, proto.target, proto.kind, proto.rank, proto.a_shape,
+                    proto.b_shape, proto.dtype, layer, proto.expert, proto.experts, a_key,
+                    b_key)
+            if record.kind == "moe-flat":  # its rank may read rank_pattern by its path
+                kind = (*kind, record.rank, record.experts)
+                first = firsts.get(kind)
+            else:
+                _RECORDS.put(key, (record, template))
+        else:
+            record, template = known
+            kind = (template, embedding, a_shape, b_shape, a_dtype, b_dtype)
+            first = firsts.get(kind)
+        if first is None:
+            firsts[kind] = first = (len(same), record)
+            distinct.append(record)
+        same.append(first[0])
+        modules[module] = record
+    return modules, None if flat else tuple(same), distinct
 
 
-_RECORDS: Bounded[tuple[Any, ...], LoRAModuleSpec] = Bounded(
-    16_384, "module records by module name, keys, shapes and dtypes: the adapters of one "
-    "base model and rank repeat them, whatever else their files hold")
+def _template_and_layer(module: str) -> tuple[str, int | None]:
+    """A module's path without its layer index (`without_layer`), and the index."""
+    found = LAYER_INDEX.search("." + module + ".")
+    if found is None:
+        return module, None
+    digits, end = found.group(1), found.end(1)
+    layer = int(digits) if len(digits) <= MAX_INDEX_DIGITS else _index(digits, module, "a layer")
+    return (module[:found.start(1) - 1] + module[end - 1:] if end <= len(module) else module,
+            layer)
+
+
+_RECORDS: Bounded[tuple[Any, ...], tuple[LoRAModuleSpec, str]] = Bounded(
+    16_384, "module records (and their paths without the layer index) by module name, keys, "
+    "shapes and dtypes: the adapters of one base model and rank repeat them, whatever else "
+    "their files hold")
 
 
 def _new_record(
     module: str, a_key: str | None, b_key: str | None, a: TensorInfo | None,
     b: TensorInfo | None, embedding: bool, config: Mapping[str, Any],
+    layer: int | None,
 ) -> LoRAModuleSpec:
+    """A module's record read from its path, halves and layer index."""
     target, kind, expert = _target_of(module, config)
     a_shape = a.shape if a else None
     b_shape = b.shape if b else None
@@ -314,11 +368,8 @@ def _new_record(
             rank = r
     if rank == 0:
         rank = None
-    layer_match = LAYER_INDEX.search("." + module + ".")
-    return _built_module(
-        module, target, kind, rank, a_shape, b_shape, half.dtype if half else "",
-        _index(layer_match.group(1), module, "a layer") if layer_match else None, expert, experts,
-        a_key, b_key)
+    return _built_module(module, target, kind, rank, a_shape, b_shape,
+                         half.dtype if half else "", layer, expert, experts, a_key, b_key)
 
 
 _built_module = builder(LoRAModuleSpec)
@@ -359,6 +410,11 @@ class Parts(NamedTuple):
     key: ValueKey
     """The value the parts were read from: the tensor entries and ``fields`` (equal keys,
     equal parts); adapters whose keys are equal share what is read from their parts alone."""
+    same_as: tuple[int, ...] | None
+    """For each module, in ``modules``' order, the position of the first module that is the
+    same module of another layer: its path but for the layer index (`without_layer`) and its
+    halves' shapes and dtypes equal, so its record equal but for its names and layer. None
+    where the config may make such modules differ (``target_parameters``)."""
 
 
 PARTS_FIELDS = ("r", "rank_pattern", "alpha_pattern", "target_parameters", "modules_to_save",
@@ -414,22 +470,20 @@ def _read_parts(tensors: Mapping[str, TensorInfo], config: dict[str, Any],
                         f"{len(halves):,} module names (longest "
                         f"{max(map(len, halves), default=0):,} characters); use shorter "
                         "patterns with fewer '.*'", kind="malformed")
-    modules = {
-        module: _module_record(module, parts, tensors, config)
-        for module, parts in sorted(halves.items())
-    }
+    modules, same, distinct = _module_records(halves, tensors, config)
     layout = moe_layout(tensors)
-    lora_keys = [k for parts in halves.values() for k in parts.values()]
-    ranks = [m.rank for m in modules.values() if m.rank]
+    ranks = [m.rank for m in distinct if m.rank]
     return Parts(
         tensors=types.MappingProxyType(tensors),
         modules=types.MappingProxyType(modules),
         extra=types.MappingProxyType(extra),
         unknown=tuple(sorted(unknown)),
         layout=layout,
-        targets=tuple(sorted({m.target for m in modules.values()})),
-        dtypes=tuple(sorted({tensors[k].dtype for k in lora_keys})),
+        targets=tuple(sorted({m.target for m in distinct})),
+        dtypes=tuple(sorted({tensors[k].dtype for m in distinct for k in (m.a_key, m.b_key)
+                             if k})),
         rank=max(ranks) if ranks else None,
         fields=FrozenConfig(config),
         key=read_from,
+        same_as=same,
     )

@@ -163,14 +163,19 @@ class AdapterContext:
             shapes = {}
         layers = ctx.base.num_layers if ctx.base is not None else None
         rules = _rules()
-        for module in self.spec.modules.values():
+        # the reader's word for which modules are one module of several layers, else read here
+        same_as = self.spec.modules_same_as if shapes is not None else None
+        for position, module in enumerate(self.spec.modules.values()):
             if bd is not None:
                 module = _block_diagonal(bd, module)
             skips = bool(empty) and (module.a_key in empty or module.b_key in empty)
             if shapes is None:
                 _apply_rules(rules, ctx, module, skips, grouped, found)
             else:
-                shape = _shape(module, layers, skips)
+                layer = module.layer
+                shape = (same_as[position], layer if layers is not None and layer is not None
+                         and layer >= layers else None, skips) if same_as is not None else (
+                    _shape(module, layers, skips))
                 shared = shapes.get(shape, _UNSEEN)
                 if shared is _UNSEEN:
                     shapes[shape] = _first_of_shape(rules, ctx, module, skips, grouped, found)
