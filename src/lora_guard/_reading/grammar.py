@@ -36,7 +36,9 @@ _EMBEDDING_NAMES = ("embed_tokens", "lm_head", "wte", "embed_in", "word_embeddin
                     "embed_out", "tok_embeddings", "output")
 
 
-LAYER_INDEX = re.compile(r"\.(?:layers|h|blocks|layer|decoder\.layers)\.(\d+)\.")
+LAYER_INDEX = re.compile(r"(?<![^.])(?:layers|h|blocks|layer|decoder\.layers)\.(\d+)(?![^.])")
+"""A module path's layer index: the first whole segment of digits after a ``layers``, ``h``,
+``blocks``, ``layer`` or ``decoder.layers`` segment (group 1)."""
 
 
 def without_layer(module: str) -> str:
@@ -327,13 +329,12 @@ def _module_records(
 
 def _template_and_layer(module: str) -> tuple[str, int | None]:
     """A module's path without its layer index (`without_layer`), and the index."""
-    found = LAYER_INDEX.search("." + module + ".")
+    found = LAYER_INDEX.search(module)
     if found is None:
         return module, None
-    digits, end = found.group(1), found.end(1)
-    layer = int(digits) if len(digits) <= MAX_INDEX_DIGITS else _index(digits, module, "a layer")
-    return (module[:found.start(1) - 1] + module[end - 1:] if end <= len(module) else module,
-            layer)
+    start, end = found.span(1)
+    return (module[:start] + module[end:] if end < len(module) else module,
+            _index(module[start:end], module, "a layer"))
 
 
 _RECORDS: Bounded[tuple[Any, ...], tuple[LoRAModuleSpec, str]] = Bounded(

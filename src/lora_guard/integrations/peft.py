@@ -197,11 +197,10 @@ def layer_violations(model: Any, spec: AdapterSpec, subject: str) -> list[Violat
     counts: dict[str, int | None] = {}
     beyond: list[tuple[str, int, int]] = []
     for path, module in spec.modules.items():
-        padded = f".{path}."
-        match = _LAYER.search(padded)
+        match = _LAYER.search(path)
         if module.layer is None or match is None:
             continue
-        container = padded[1:match.end()].rstrip(".").rsplit(".", 1)[0]  # model.layers
+        container = path[:match.end()].rsplit(".", 1)[0]  # model.layers
         if container not in counts:
             try:
                 holder = model.get_submodule(f"base_model.model.{container}")
