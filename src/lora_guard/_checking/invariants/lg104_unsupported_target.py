@@ -262,6 +262,8 @@ def _indexed_shared(ctx: AdapterContext, variant: str) -> list[Violation]:
 # (parts in stacking order, the packed module, the parts the stack is built from)
 _STACKS = ((("q_proj", "k_proj", "v_proj"), "qkv_proj", ("q_proj", "v_proj")),
            (("gate_proj", "up_proj"), "gate_up_proj", ("gate_proj",)))
+_STACK_OF = {part: index for index, (parts, _, _) in enumerate(_STACKS) for part in parts}
+"""Each stacked part -> its stack's position in `_STACKS`."""
 
 
 def _stack_incomplete(ctx: AdapterContext) -> list[Violation]:
@@ -272,12 +274,10 @@ def _stack_incomplete(ctx: AdapterContext) -> list[Violation]:
     (``LoRAAdapter.normalize_qkv_proj``, ``normalize_gate_up_proj``)."""
     by_parent: dict[tuple[str, int], dict[str, str]] = {}
     for m in ctx.spec.modules.values():
-        if m.kind != "linear":
-            continue
-        for index, (parts, _packed, _needed) in enumerate(_STACKS):
-            if m.target in parts:
-                parent = m.module.removesuffix(m.target)
-                by_parent.setdefault((parent, index), {})[m.target] = m.module
+        index = _STACK_OF.get(m.target)
+        if index is not None and m.kind == "linear":
+            by_parent.setdefault((m.module.removesuffix(m.target), index), {})[
+                m.target] = m.module
     engine = ctx.limits.engine or "the server"
     found: list[Violation] = []
     for (parent, index), present in sorted(by_parent.items()):

@@ -31,6 +31,13 @@ def packed_rank_mismatch(ctx: AdapterContext) -> list[Violation]:
     modules, shared = ctx.spec.modules, ctx.shared
     if shared is not None and shared.packed_uniform:
         return experts
+    # each packed module's parts at one rank over the whole adapter: at one rank in each layer
+    families = {(PART_OF.get(m.target), m.rank) for m in modules.values() if m.rank}
+    named = [family for family, _ in families if family is not None]
+    if len(named) == len(set(named)):
+        if shared is not None:
+            shared.packed_uniform = True
+        return experts
     groups: dict[tuple[str, str], dict[str, int]] = {}
     for m in modules.values():
         parent = _packed_parent(m) if m.rank else None
