@@ -252,11 +252,12 @@ def _indexed_shared(ctx: AdapterContext, variant: str) -> list[Violation]:
     """Weights under ``shared_experts.<i>.``, which sglang's memory pool takes for routed expert
     ``<i>`` (``LoRAMemoryPool.load_lora_weight_to_buffer``: written over it before 0.5.23,
     refused from 0.5.23)."""
-    hits = [(m.module, _SHARED.search(m.module)) for m in ctx.spec.modules.values()]
+    hits = [(m.module, hit) for m in ctx.spec.modules.values()  # (the text first: cheaper)
+            if "shared_experts." in m.module and (hit := _SHARED.search(m.module)) is not None]
     engine = ctx.limits.engine or "the server"
     return [make_violation("LG104", variant, ctx.subject, module=name, index=hit["index"],
                            engine=engine)
-            for name, hit in [(n, h) for n, h in hits if h is not None][:MAX_PER_KIND]]
+            for name, hit in hits[:MAX_PER_KIND]]
 
 
 # (parts in stacking order, the packed module, the parts the stack is built from)
