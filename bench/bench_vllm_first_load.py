@@ -64,7 +64,7 @@ def _parts(tmp: Path, field: str | None = None,
         build_spec,
         checked_config,
     )
-    from lora_guard._reading.bounded import forget_all
+    from lora_guard._reading.bounded import ValueKey, forget_all
     from lora_guard.integrations import _base
     from lora_guard.integrations import vllm as g
 
@@ -100,7 +100,7 @@ def _parts(tmp: Path, field: str | None = None,
     assert not found
     folder = Path(load.lora_dir)
     checked = FrozenConfig(checked_config(dict(trimmed)))
-    layout = key[1]
+    layout = ValueKey(key[1])
     infos, nbytes = _base._tensor_infos(tensors, layout)
     violations = spec_violations(spec, limits, subject=subject, vocab_size=load.vocab)
 

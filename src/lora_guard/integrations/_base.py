@@ -608,7 +608,7 @@ def loaded_adapter(
     """
     try:
         checked = FrozenConfig(checked_config(dict(config)))
-        layout = key[1] if key is not None else ValueKey(tuple(
+        layout = ValueKey(key[1] if key is not None else tuple(
             [(name, t.shape, t.dtype) for name, t in tensors.items()]))
         infos, nbytes = _tensor_infos(tensors, layout)
         path = pathlib.Path(folder)
@@ -745,13 +745,11 @@ def read_key(config: Mapping[str, Any], tensors: Mapping[str, Any],
              *more: Any) -> tuple[Any, ...] | None:
     """What an engine read, as a `CleanVerdicts` key: the config's ``marshal`` bytes (exact
     in type and value: ``8`` is not ``8.0`` nor ``True``), each tensor's name, shape and
-    dtype (a `ValueKey`: hashed once for the verdict's look-up, its keeping and the reader's
-    memories, `loaded_adapter`), and ``more``; None when a value has no such key (that load
-    is checked, never remembered)."""
+    dtype, and ``more``; None when a value has no such key (that load is checked, never
+    remembered). A plain tuple: a remembered load hashes and compares it in C alone."""
     try:
         return (marshal.dumps(config if type(config) is dict else dict(config)),
-                ValueKey(tuple([(name, t.shape, t.dtype) for name, t in tensors.items()])),
-                *more)
+                tuple([(name, t.shape, t.dtype) for name, t in tensors.items()]), *more)
     except (TypeError, ValueError, AttributeError):
         return None
 
