@@ -23,6 +23,7 @@ from lora_guard._checking.rules.shared import Grouped
 from lora_guard._reading.adapters import LoRAModuleSpec, forget_remembered
 from lora_guard._reading.config import FrozenConfig
 from lora_guard._reading.grammar import PARTS_FIELDS, parts_of, without_layer
+from lora_guard._reading.malformed import Malformed
 from lora_guard._testing.adapter_writer import write_adapter
 
 _BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -273,3 +274,59 @@ def test_a_rank_pattern_on_one_layers_flat_experts_gives_that_layer_its_rank(
     assert spec.modules_same_as == (0, 1)
     again = lg.inspect_adapter(folder)  # the records read again, none remembered wrongly
     assert list(again.modules.values()) == list(spec.modules.values())
+
+
+_SEGMENTS = ("model", "layers", "h", "blocks", "decoder", "mlp", "experts", "shared_experts",
+             "self_attn", "q_proj", "v_proj", "gate_up_proj", "down_proj", "base_layer", "3",
+             "")
+_INDEXES = ("0", "1", "12", "007", "\u0661", "1234567890")
+
+
+@st.composite
+def _hostile_headers(draw: st.DrawFn) -> dict[str, lg.TensorInfo]:
+    """A header of LoRA pairs: a few drawn module paths (empty segments, digits anywhere,
+    a leaf named ``experts``), each repeated over a few layers whose index goes anywhere in
+    it, after a layer word or not (unicode digits, ten digits, at the end); halves of one of
+    two ranks and dtypes, some 3-D, now and then an orphan."""
+    tensors: dict[str, lg.TensorInfo] = {}
+    indexes = draw(st.lists(st.sampled_from(_INDEXES), min_size=1, max_size=3, unique=True))
+    for _ in range(draw(st.integers(1, 4))):
+        segments = draw(st.lists(st.sampled_from(_SEGMENTS), min_size=1, max_size=5))
+        at = draw(st.integers(0, len(segments)))
+        word = draw(st.sampled_from(("layers", "h", "blocks", "layer", "decoder.layers", "mlp")))
+        rank = draw(st.sampled_from((4, 8)))
+        dtype = draw(st.sampled_from(("float16", "bfloat16")))
+        experts = draw(st.sampled_from(((), (2,))))
+        for index in indexes:
+            path = ".".join([*segments[:at], word, index, *segments[at:]])
+            for half, shape in (("A", (*experts, rank, 64)), ("B", (*experts, 64, rank))):
+                if draw(st.integers(0, 9)):
+                    tensors[f"base_model.model.{path}.lora_{half}.weight"] = lg.TensorInfo(
+                        shape, dtype, 0, (0, 0))
+    return tensors
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(tensors=_hostile_headers(), rank_pattern=st.sampled_from(({}, {"1.*": 8})))
+def test_hostile_module_paths_are_read_as_each_would_be_alone(
+        tensors: dict[str, lg.TensorInfo], rank_pattern: dict[str, int]) -> None:
+    """Whatever the module paths a header holds, each record is the one its pair alone gives
+    (or the header is refused as it would be pair by pair), and the modules said to be one
+    module of several layers are exactly those equal but for names and layer."""
+    config = FrozenConfig({"r": 4, "rank_pattern": rank_pattern})
+    forget_remembered()
+    try:
+        parts = parts_of(tensors, config)
+    except Malformed:
+        return  # a refusal names its problem (an index of ten digits): nothing half read
+    records = list(parts.modules.values())
+    for record in records:
+        forget_remembered()
+        alone = {k: tensors[k] for k in (record.a_key, record.b_key) if k is not None}
+        assert parts_of(alone, config).modules[record.module] == record
+    firsts: dict[tuple[Any, ...], int] = {}
+    expected = [firsts.setdefault((without_layer(m.module), dataclasses.replace(
+        m, module="", layer=None, a_key=None, b_key=None), *(
+        tensors[k].dtype if k else None for k in (m.a_key, m.b_key))), position)
+        for position, m in enumerate(records)]
+    assert parts.same_as == tuple(expected)
