@@ -232,8 +232,7 @@ def test_each_module_is_read_as_it_would_be_alone(plan: lgst.AdapterPlan) -> Non
     with tempfile.TemporaryDirectory() as folder:
         forget_remembered()
         spec = lg.inspect_adapter(plan.write(folder))
-    if spec.modules_same_as is not None:
-        assert spec.modules_same_as == _same_as_by_records(spec)
+    assert spec.modules_same_as == _same_as_by_records(spec)
     for module in list(spec.modules.values()):
         assert _read_alone(spec, module) == module
 

@@ -164,11 +164,10 @@ class AdapterSpec:
     modules_same_as: tuple[int, ...] | None = field(default=None, init=False, repr=False,
                                                     compare=False)
     """For each module, in ``modules``' order, the position of the first that is the same
-    module of another layer (its path but for the layer index, its halves' shapes and dtypes
-    equal: its record equal but for its names and layer), so that what depends on those alone
-    is found once for all layers (the checker's module pass). Set by the reader only, as
-    ``parts_key``; None also where the config may make such modules differ
-    (``target_parameters``)."""
+    module of another layer (its record equal but for its names and layer, its path but for
+    the layer index), so that what depends on those alone is found once for all layers (the
+    checker's module pass). Set by the reader only, as ``parts_key``: a spec made otherwise
+    has None, and its modules are checked one by one."""
 
     @property
     def name(self) -> str:

@@ -265,19 +265,19 @@ def _module_records(
     halves: Mapping[str, Mapping[str, str]],
     tensors: Mapping[str, TensorInfo],
     config: Mapping[str, Any],
-) -> tuple[dict[str, LoRAModuleSpec], tuple[int, ...] | None, list[LoRAModuleSpec]]:
+) -> tuple[dict[str, LoRAModuleSpec], tuple[int, ...], list[LoRAModuleSpec]]:
     """Each module's record, in module order; for each module the position of the first
     that is the same module of another layer (`Parts.same_as`); and those first ones (what
     holds for them holds for every module: target, rank, dtypes).
 
-    A record is made once per distinct module name, keys, shapes and dtypes (`_RECORDS`); a
-    module whose path but for its layer index (`without_layer`), halves' shapes and dtypes
-    are an earlier module's of the header gets that one's record with its own names and
-    layer (the rest of a record follows from those). Not where the config changes a record:
-    ``target_parameters`` names the wrapped parameters (each record read on its own, no
-    module said to be another's same), and a ``moe-flat`` rank reads ``r`` and
-    ``rank_pattern`` by the module's whole path (read on its own, never remembered; the same
-    as another with equal rank and experts)."""
+    A module's kind is its path but for its layer index (`without_layer`) and its halves'
+    shapes and dtypes: a record follows from its kind, its names and its layer. So a record
+    is made once per distinct module name, keys, shapes and dtypes (`_RECORDS`), and a
+    module of a kind met earlier in the header gets that one's record with its own names and
+    layer. Not where the config reads the module's whole path: with ``target_parameters``
+    (the wrapped parameters it names) and for a ``moe-flat`` record (its rank read from ``r``
+    and ``rank_pattern``), each record is read on its own, never remembered, and its kind
+    also holds what the config gave it (target, rank, experts)."""
     modules: dict[str, LoRAModuleSpec] = {}
     flat = bool(config.get("target_parameters"))
     same: list[int] = []
@@ -289,19 +289,14 @@ def _module_records(
         a = tensors[a_key] if a_key else None
         b = tensors[b_key] if b_key else None
         embedding = "eA" in parts or "eB" in parts
-        if flat:
-            modules[module] = _new_record(module, a_key, b_key, a, b, embedding, config,
-                                          _template_and_layer(module)[1])
-            distinct.append(modules[module])
-            continue
         a_shape, a_dtype = (a.shape, a.dtype) if a else (None, None)
         b_shape, b_dtype = (b.shape, b.dtype) if b else (None, None)
         key = (module, a_key, b_key, embedding, a_shape, b_shape, a_dtype, b_dtype)
-        known = _RECORDS.get(key)
+        known = None if flat else _RECORDS.get(key)
         if known is None:
             template, layer = _template_and_layer(module)
             kind: tuple[Any, ...] = (template, embedding, a_shape, b_shape, a_dtype, b_dtype)
-            first = firsts.get(kind)
+            first = None if flat else firsts.get(kind)
             if first is None:
                 record = _new_record(module, a_key, b_key, a, b, embedding, config, layer)
             else:
@@ -310,8 +305,8 @@ def _module_records(
                     module, proto.target, proto.kind, proto.rank, proto.a_shape,
                     proto.b_shape, proto.dtype, layer, proto.expert, proto.experts, a_key,
                     b_key)
-            if record.kind == "moe-flat":  # its rank may read rank_pattern by its path
-                kind = (*kind, record.rank, record.experts)
+            if flat or record.kind == "moe-flat":  # the config read by the whole path
+                kind = (*kind, record.target, record.rank, record.experts)
                 first = firsts.get(kind)
             else:
                 _RECORDS.put(key, (record, template))
@@ -324,7 +319,7 @@ def _module_records(
             distinct.append(record)
         same.append(first[0])
         modules[module] = record
-    return modules, None if flat else tuple(same), distinct
+    return modules, tuple(same), distinct
 
 
 def _template_and_layer(module: str) -> tuple[str, int | None]:
@@ -411,11 +406,10 @@ class Parts(NamedTuple):
     key: ValueKey
     """The value the parts were read from: the tensor entries and ``fields`` (equal keys,
     equal parts); adapters whose keys are equal share what is read from their parts alone."""
-    same_as: tuple[int, ...] | None
+    same_as: tuple[int, ...]
     """For each module, in ``modules``' order, the position of the first module that is the
-    same module of another layer: its path but for the layer index (`without_layer`) and its
-    halves' shapes and dtypes equal, so its record equal but for its names and layer. None
-    where the config may make such modules differ (``target_parameters``)."""
+    same module of another layer: its record equal but for its names and layer, its path but
+    for the layer index (`without_layer`)."""
 
 
 PARTS_FIELDS = ("r", "rank_pattern", "alpha_pattern", "target_parameters", "modules_to_save",

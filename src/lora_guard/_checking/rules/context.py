@@ -20,7 +20,7 @@ from lora_guard._core.frozen import builder
 from lora_guard._reading.adapters import AdapterSpec, FrozenConfig, LoRAModuleSpec
 from lora_guard._reading.basemodel import BaseModelDims
 from lora_guard._reading.bounded import Bounded, ValueKey
-from lora_guard._reading.grammar import PARTS_FIELDS, without_layer
+from lora_guard._reading.grammar import PARTS_FIELDS
 
 __all__ = ["AdapterContext", "ModuleContext", "ModulePass", "grouped_violations"]
 
@@ -154,28 +154,29 @@ class AdapterContext:
         grouped, found, ranks = Grouped(), list[Violation](), dict[int, str]()
         bd = self.spec.config.get("use_bdlora")
         empty = self.empty[1]
-        # The rules read of a module's path what a model's layers share (`_shape`), but
+        # The rules read of a module's path what a model's layers share (`ModuleRule`): the
+        # same module of several layers (the reader's `modules_same_as`) is checked once, but
         # where a module is matched by its whole path: BD-LoRA's blocks, a rank_pattern
-        # (LG102), served modules named by a path suffix (LG104), the live model's dims (LG109).
-        shapes: dict[tuple[Any, ...], _SharedFindings | None] | None = None
-        if bd is None and self.module_dims is None and not ctx.config.get("rank_pattern") and (
-                not any("." in name for name in ctx.target_modules or ())):
-            shapes = {}
+        # (LG102), served modules named by a path suffix (LG104), the live model's dims
+        # (LG109), and a spec the reader did not make.
+        same_as = self.spec.modules_same_as
+        if bd is not None or self.module_dims is not None or ctx.config.get("rank_pattern") or (
+                any("." in name for name in ctx.target_modules or ())):
+            same_as = None
+        shapes: dict[tuple[Any, ...], _SharedFindings | None] = {}
         layers = ctx.base.num_layers if ctx.base is not None else None
         rules = _rules()
-        # the reader's word for which modules are one module of several layers, else read here
-        same_as = self.spec.modules_same_as if shapes is not None else None
         for position, module in enumerate(self.spec.modules.values()):
             if bd is not None:
                 module = _block_diagonal(bd, module)
             skips = bool(empty) and (module.a_key in empty or module.b_key in empty)
-            if shapes is None:
+            if same_as is None:
                 _apply_rules(rules, ctx, module, skips, grouped, found)
             else:
+                # its layer index only past the base's layers, where LG109 names it
                 layer = module.layer
                 shape = (same_as[position], layer if layers is not None and layer is not None
-                         and layer >= layers else None, skips) if same_as is not None else (
-                    _shape(module, layers, skips))
+                         and layer >= layers else None, skips)
                 shared = shapes.get(shape, _UNSEEN)
                 if shared is _UNSEEN:
                     shapes[shape] = _first_of_shape(rules, ctx, module, skips, grouped, found)
@@ -211,20 +212,6 @@ its shape says them with its own name (``"module"``, ``"a_key"`` or ``"b_key"``)
 
 _UNSEEN: Any = object()
 """A shape not met yet in this pass (None: met, its findings not shareable)."""
-
-
-def _shape(module: LoRAModuleSpec, layers: int | None, skips: bool) -> tuple[Any, ...]:
-    """What the module rules read of a module (`ModuleRule`): its record but for its names,
-    its path without its layer index (`without_layer`), and the index itself only past the
-    base's ``layers`` (where LG109 names it). The same module of every layer of a model has
-    one shape: the rules run once for it, not once per layer (an all-linear adapter of a
-    16-layer model has 112 modules and 7 shapes)."""
-    layer = module.layer
-    return (without_layer(module.module),
-            layer if layers is not None and layer is not None and layer >= layers else None,
-            module.target, module.kind, module.rank, module.a_shape, module.b_shape,
-            module.dtype, module.expert, module.experts, module.a_key is None,
-            module.b_key is None, skips)
 
 
 def _first_of_shape(rules: _Rules, ctx: ModuleContext, module: LoRAModuleSpec, skips: bool,
